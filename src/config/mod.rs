@@ -1,0 +1,691 @@
+//! Configuration: one strict TOML file, units in key names, every problem reported with its path.
+//!
+//! `docs/CONFIG.md` documents every key and default; a test keeps it in step with [`known_keys`].
+
+mod decode;
+mod source;
+
+pub use decode::{ConfigError, ConfigErrors};
+pub use source::{
+    CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri,
+};
+
+use decode::{Fields, Sink};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The whole runtime configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Process-wide settings.
+    pub runtime: RuntimeConfig,
+    /// The model's visual-token budget, which fixes each camera's geometry.
+    pub vision: VisionConfig,
+    /// Cameras in file order.
+    pub cameras: Vec<CameraConfig>,
+}
+
+/// Process-wide settings (`[runtime]`).
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// How often `run` logs a status line per camera.
+    pub status_interval: Duration,
+    /// Where state (engine caches, …) is kept.
+    pub state_dir: PathBuf,
+}
+
+/// The visual-token budget (`[vision]`), as the reference resize rule uses it (REFERENCE §1b).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VisionConfig {
+    /// Visual tokens the model accepts for one request (reference class default 16384).
+    pub max_visual_tokens: u32,
+    /// Most frames shown to the model in one request (reference: 180).
+    pub max_frames: u32,
+    /// Fewest tokens per frame (reference: 16).
+    pub min_frame_tokens: u32,
+}
+
+impl Default for VisionConfig {
+    fn default() -> Self {
+        VisionConfig {
+            max_visual_tokens: 16384,
+            max_frames: 180,
+            min_frame_tokens: 16,
+        }
+    }
+}
+
+/// RTSP lower transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtspTransport {
+    /// Interleaved over the RTSP TCP connection (works through NAT and Wi-Fi).
+    Tcp,
+    /// RTP over UDP.
+    Udp,
+    /// rtspsrc's default order: UDP, multicast, then TCP.
+    Auto,
+}
+
+impl RtspTransport {
+    /// The value of rtspsrc's `protocols` property.
+    pub fn rtspsrc_protocols(self) -> &'static str {
+        match self {
+            RtspTransport::Tcp => "tcp",
+            RtspTransport::Udp => "udp",
+            RtspTransport::Auto => "tcp+udp-mcast+udp",
+        }
+    }
+}
+
+/// One camera (`[[cameras]]`).
+#[derive(Debug, Clone)]
+pub struct CameraConfig {
+    /// Identifier used in logs and MQTT topics (`[A-Za-z0-9_-]`, unique).
+    pub id: String,
+    /// Where frames come from.
+    pub uri: SourceUri,
+    /// Pipeline template name (`pipelines/<name>.pipeline`).
+    pub pipeline: String,
+    /// Whether the camera is started.
+    pub enabled: bool,
+    /// Sampling rate in frames per second of stream time.
+    pub sample_fps: f64,
+    /// How much sampled footage is kept.
+    pub window: Duration,
+    /// Fixed model geometry; `None` chooses it from the source by the reference rule.
+    pub size: Option<(u32, u32)>,
+    /// A running camera that delivers no decoded frame for this long is restarted.
+    pub stall: Duration,
+    /// Time allowed from (re)start to the first frame.
+    pub connect_timeout: Duration,
+    /// First retry delay; doubles per failure.
+    pub retry_initial: Duration,
+    /// Cap on the retry delay.
+    pub retry_max: Duration,
+    /// RTSP transport.
+    pub rtsp_transport: RtspTransport,
+    /// RTSP jitter-buffer latency.
+    pub latency_ms: u32,
+    /// RTSP credentials, if any.
+    pub credentials: Option<CredentialSource>,
+}
+
+impl CameraConfig {
+    /// A camera with every default, for programmatic use (tests, `probe`).
+    pub fn new(id: impl Into<String>, uri: SourceUri) -> Self {
+        let pipeline = uri.default_pipeline().to_string();
+        CameraConfig {
+            id: id.into(),
+            uri,
+            pipeline,
+            enabled: true,
+            sample_fps: 1.0,
+            window: Duration::from_secs(60),
+            size: None,
+            stall: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            retry_initial: Duration::from_secs(1),
+            retry_max: Duration::from_secs(30),
+            rtsp_transport: RtspTransport::Tcp,
+            latency_ms: 200,
+            credentials: None,
+        }
+    }
+
+    /// Number of sampled frames the window holds at most.
+    pub fn window_frames(&self) -> usize {
+        (self.window.as_secs_f64() * self.sample_fps).ceil().max(1.0) as usize
+    }
+}
+
+/// Sample rates above this are rejected: the model stages cannot use more, and memory grows with it.
+pub const MAX_SAMPLE_FPS: f64 = 30.0;
+/// Longest window; the window holds every sampled frame, so memory is bounded by this.
+pub const MAX_WINDOW_SECS: f64 = 3600.0;
+
+impl Config {
+    /// Reads and validates a file; every problem is returned at once.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                path: String::new(),
+                message: format!("cannot read {}: {e}", path.display()),
+            }])
+        })?;
+        Config::parse(&text, path.parent())
+    }
+
+    /// Parses and validates TOML text; relative `password_file`s resolve against `base_dir`.
+    pub fn parse(text: &str, base_dir: Option<&Path>) -> Result<Config, ConfigErrors> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let message = e.message().to_string();
+            let at = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start].matches('\n').count() + 1;
+                    format!("TOML syntax error at line {line}: ")
+                })
+                .unwrap_or_else(|| "TOML syntax error: ".into());
+            ConfigErrors(vec![ConfigError {
+                path: String::new(),
+                message: format!("{at}{message}"),
+            }])
+        })?;
+        let mut sink = Sink::default();
+        let config = decode_config(&table, base_dir, &mut sink);
+        if sink.errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(sink.errors))
+        }
+    }
+
+    /// One line that says what the configuration runs.
+    pub fn summary(&self) -> String {
+        let cams: Vec<String> = self
+            .cameras
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} ({}, {} fps, {} s window{})",
+                    c.id,
+                    c.uri,
+                    c.sample_fps,
+                    c.window.as_secs_f64(),
+                    if c.enabled { "" } else { ", disabled" }
+                )
+            })
+            .collect();
+        format!(
+            "{} camera{}: {}",
+            self.cameras.len(),
+            if self.cameras.len() == 1 { "" } else { "s" },
+            cams.join("; ")
+        )
+    }
+}
+
+/// Every key the decoder understands, as `section.key` / `cameras[].key` patterns.
+pub fn known_keys() -> Vec<String> {
+    let mut table = toml::Table::new();
+    table.insert(
+        "cameras".into(),
+        toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
+    );
+    for section in ["runtime", "vision"] {
+        table.insert(section.into(), toml::Value::Table(toml::Table::new()));
+    }
+    let mut sink = Sink::default();
+    let _ = decode_config(&table, None, &mut sink);
+    sink.known
+}
+
+fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) -> Config {
+    let mut top = Fields::new("", "", table);
+    let empty = toml::Table::new();
+
+    let runtime_t = top.table("runtime", sink).unwrap_or(&empty);
+    let runtime = decode_runtime(runtime_t, sink);
+    let vision_t = top.table("vision", sink).unwrap_or(&empty);
+    let vision = decode_vision(vision_t, sink);
+
+    let mut cameras = Vec::new();
+    match top.raw("cameras", sink) {
+        None => sink.error("cameras", "at least one [[cameras]] entry is required"),
+        Some(toml::Value::Array(items)) => {
+            if items.is_empty() {
+                sink.error("cameras", "at least one [[cameras]] entry is required");
+            }
+            for (i, item) in items.iter().enumerate() {
+                let path = format!("cameras[{i}]");
+                match item {
+                    toml::Value::Table(t) => {
+                        if let Some(c) = decode_camera(&path, t, base_dir, &vision, sink) {
+                            cameras.push(c);
+                        }
+                    }
+                    other => sink.error(
+                        path,
+                        format!("expected a table, got {}", decode::type_name(other)),
+                    ),
+                }
+            }
+        }
+        Some(other) => sink.error(
+            "cameras",
+            format!(
+                "expected an array of tables ([[cameras]]), got {}",
+                decode::type_name(other)
+            ),
+        ),
+    }
+    top.finish(sink);
+
+    for (i, cam) in cameras.iter().enumerate() {
+        if let Some(first) = cameras[..i].iter().position(|c| c.id == cam.id) {
+            sink.error(
+                format!("cameras[{i}].id"),
+                format!("duplicate id `{}` (also cameras[{first}])", cam.id),
+            );
+        }
+    }
+
+    Config {
+        runtime,
+        vision,
+        cameras,
+    }
+}
+
+fn decode_runtime(t: &toml::Table, sink: &mut Sink) -> RuntimeConfig {
+    let mut f = Fields::new("runtime", "runtime", t);
+    let status_secs: f64 = f.get("status_interval_secs", 10.0, sink);
+    if !(status_secs.is_finite() && (0.1..=3600.0).contains(&status_secs)) {
+        sink.error(
+            f.path_of("status_interval_secs"),
+            format!("must be between 0.1 and 3600, got {status_secs}"),
+        );
+    }
+    let state_dir: PathBuf = f.get("state_dir", PathBuf::from("state"), sink);
+    f.finish(sink);
+    RuntimeConfig {
+        status_interval: secs(status_secs, 10.0),
+        state_dir,
+    }
+}
+
+fn decode_vision(t: &toml::Table, sink: &mut Sink) -> VisionConfig {
+    let d = VisionConfig::default();
+    let mut f = Fields::new("vision", "vision", t);
+    let v = VisionConfig {
+        max_visual_tokens: f.get("max_visual_tokens", d.max_visual_tokens, sink),
+        max_frames: f.get("max_frames", d.max_frames, sink),
+        min_frame_tokens: f.get("min_frame_tokens", d.min_frame_tokens, sink),
+    };
+    if v.max_visual_tokens < 1 {
+        sink.error(f.path_of("max_visual_tokens"), "must be > 0, got 0");
+    }
+    if !(1..=10_000).contains(&v.max_frames) {
+        sink.error(
+            f.path_of("max_frames"),
+            format!("must be between 1 and 10000, got {}", v.max_frames),
+        );
+    }
+    if v.min_frame_tokens < 1 {
+        sink.error(f.path_of("min_frame_tokens"), "must be > 0, got 0");
+    }
+    f.finish(sink);
+    v
+}
+
+fn decode_camera(
+    path: &str,
+    t: &toml::Table,
+    base_dir: Option<&Path>,
+    vision: &VisionConfig,
+    sink: &mut Sink,
+) -> Option<CameraConfig> {
+    let mut f = Fields::new(path, "cameras[]", t);
+    let d = CameraConfig::new("", SourceUri::Test("ball".into()));
+
+    let id: Option<String> = f.opt("id", sink);
+    match &id {
+        None if !t.contains_key("id") => sink.error(f.path_of("id"), "is required"),
+        Some(id) if !valid_id(id) => sink.error(
+            f.path_of("id"),
+            format!(
+                "must be 1-64 characters of A-Z, a-z, 0-9, `_` or `-` (it is used in MQTT topics), got `{id}`"
+            ),
+        ),
+        _ => {}
+    }
+    let uri_text: Option<String> = f.opt("uri", sink);
+    let uri = match &uri_text {
+        None => {
+            if !t.contains_key("uri") {
+                sink.error(f.path_of("uri"), "is required");
+            }
+            None
+        }
+        Some(u) => match SourceUri::parse(u) {
+            Ok(uri) => Some(uri),
+            Err(msg) => {
+                sink.error(f.path_of("uri"), msg);
+                None
+            }
+        },
+    };
+    let pipeline: Option<String> = f.opt("pipeline", sink);
+    if let Some(p) = &pipeline
+        && crate::ingest::Template::by_name(p).is_none()
+    {
+        sink.error(
+            f.path_of("pipeline"),
+            format!(
+                "unknown pipeline template `{p}` (expected one of: {})",
+                crate::ingest::Template::names().join(", ")
+            ),
+        );
+    }
+    let enabled = f.get("enabled", true, sink);
+
+    let sample_fps: f64 = f.get("sample_fps", d.sample_fps, sink);
+    let fps_ok = sample_fps.is_finite() && sample_fps > 0.0 && sample_fps <= MAX_SAMPLE_FPS;
+    if !fps_ok {
+        sink.error(
+            f.path_of("sample_fps"),
+            format!("must be > 0 and <= {MAX_SAMPLE_FPS}, got {sample_fps}"),
+        );
+    }
+    let window_secs: f64 = f.get("window_secs", d.window.as_secs_f64(), sink);
+    if !(window_secs.is_finite() && window_secs > 0.0 && window_secs <= MAX_WINDOW_SECS) {
+        sink.error(
+            f.path_of("window_secs"),
+            format!("must be > 0 and <= {MAX_WINDOW_SECS}, got {window_secs}"),
+        );
+    } else if fps_ok && window_secs * sample_fps < 1.0 {
+        sink.error(
+            f.path_of("window_secs"),
+            format!(
+                "must hold at least one sampled frame (>= 1/sample_fps = {} s), got {window_secs}",
+                1.0 / sample_fps
+            ),
+        );
+    }
+
+    let width: Option<u32> = f.opt("width", sink);
+    let height: Option<u32> = f.opt("height", sink);
+    for (key, v) in [("width", width), ("height", height)] {
+        if let Some(v) = v
+            && (v == 0 || v % 28 != 0 || v > 4032)
+        {
+            sink.error(
+                f.path_of(key),
+                format!(
+                    "must be a multiple of 28 (patch 14 x merge 2) between 28 and 4032, got {v}"
+                ),
+            );
+        }
+    }
+    let size = match (width, height) {
+        (Some(w), Some(h)) => Some((w, h)),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            if t.contains_key("width") != t.contains_key("height") {
+                sink.error(
+                    f.path_of(if width.is_some() { "height" } else { "width" }),
+                    "width and height must be given together (or neither, to follow the source)",
+                );
+            }
+            None
+        }
+    };
+    if let Some((w, h)) = size {
+        let tokens = (w / 28) * (h / 28);
+        if tokens > vision.max_visual_tokens {
+            sink.error(
+                f.path_of("width"),
+                format!(
+                    "{w}x{h} is {tokens} visual tokens per frame, over vision.max_visual_tokens = {}",
+                    vision.max_visual_tokens
+                ),
+            );
+        }
+    }
+
+    let stall_secs: f64 = f.get("stall_secs", d.stall.as_secs_f64(), sink);
+    check_range(&f, "stall_secs", stall_secs, 0.5, 3600.0, sink);
+    let connect_secs: f64 = f.get("connect_timeout_secs", d.connect_timeout.as_secs_f64(), sink);
+    check_range(&f, "connect_timeout_secs", connect_secs, 0.5, 600.0, sink);
+    let retry_initial: f64 = f.get("retry_initial_secs", d.retry_initial.as_secs_f64(), sink);
+    check_range(&f, "retry_initial_secs", retry_initial, 0.01, 3600.0, sink);
+    let retry_max: f64 = f.get("retry_max_secs", d.retry_max.as_secs_f64(), sink);
+    check_range(&f, "retry_max_secs", retry_max, 0.01, 86400.0, sink);
+    if retry_max.is_finite() && retry_initial.is_finite() && retry_max < retry_initial {
+        sink.error(
+            f.path_of("retry_max_secs"),
+            format!("must be >= retry_initial_secs ({retry_initial}), got {retry_max}"),
+        );
+    }
+
+    let transport: String = f.get("rtsp_transport", "tcp".to_string(), sink);
+    let rtsp_transport = match transport.as_str() {
+        "tcp" => RtspTransport::Tcp,
+        "udp" => RtspTransport::Udp,
+        "auto" => RtspTransport::Auto,
+        other => {
+            sink.error(
+                f.path_of("rtsp_transport"),
+                format!("expected \"tcp\", \"udp\" or \"auto\", got \"{other}\""),
+            );
+            RtspTransport::Tcp
+        }
+    };
+    let latency_ms: u32 = f.get("latency_ms", d.latency_ms, sink);
+    if latency_ms > 10_000 {
+        sink.error(
+            f.path_of("latency_ms"),
+            format!("must be <= 10000, got {latency_ms}"),
+        );
+    }
+
+    let username: Option<String> = f.opt("username", sink);
+    let password_file: Option<PathBuf> = f.opt("password_file", sink);
+    let password_env: Option<String> = f.opt("password_env", sink);
+    if t.contains_key("password") {
+        // Caught before `finish` so the message says why instead of "unknown key".
+        f.raw("password", sink);
+        sink.error(
+            f.path_of("password"),
+            "passwords are never written in the config; use password_file (e.g. a systemd \
+             credential) or password_env",
+        );
+    }
+    let password = match (password_file, password_env) {
+        (Some(_), Some(_)) => {
+            sink.error(
+                f.path_of("password_env"),
+                "give either password_file or password_env, not both",
+            );
+            None
+        }
+        (Some(p), None) => {
+            let p = match base_dir {
+                Some(base) if p.is_relative() => base.join(p),
+                _ => p,
+            };
+            if let Err(e) = std::fs::metadata(&p) {
+                sink.error(
+                    f.path_of("password_file"),
+                    format!("cannot read {}: {e}", p.display()),
+                );
+            }
+            Some(PasswordSource::File(p))
+        }
+        (None, Some(v)) => {
+            if std::env::var_os(&v).is_none() {
+                sink.error(
+                    f.path_of("password_env"),
+                    format!("environment variable {v} is not set"),
+                );
+            }
+            Some(PasswordSource::Env(v))
+        }
+        (None, None) => None,
+    };
+    let credentials = match (username, password) {
+        (Some(username), password) => Some(CredentialSource { username, password }),
+        (None, Some(_)) => {
+            sink.error(f.path_of("username"), "is required when a password is given");
+            None
+        }
+        (None, None) => None,
+    };
+    if let (Some(_), Some(uri)) = (&credentials, &uri)
+        && !matches!(uri, SourceUri::Rtsp(_))
+    {
+        sink.error(
+            f.path_of("username"),
+            format!("credentials only apply to rtsp:// sources, not {uri}"),
+        );
+    }
+    f.finish(sink);
+
+    let uri = uri?;
+    let pipeline = pipeline.unwrap_or_else(|| uri.default_pipeline().to_string());
+    if let Some(tpl) = crate::ingest::Template::by_name(&pipeline)
+        && !tpl.accepts(&uri)
+    {
+        sink.error(
+            format!("{path}.pipeline"),
+            format!(
+                "template `{pipeline}` reads {} sources, but uri is {uri}",
+                tpl.source_kind()
+            ),
+        );
+    }
+    Some(CameraConfig {
+        id: id?,
+        uri,
+        pipeline,
+        enabled,
+        sample_fps,
+        window: secs(window_secs, 60.0),
+        size,
+        stall: secs(stall_secs, 10.0),
+        connect_timeout: secs(connect_secs, 10.0),
+        retry_initial: secs(retry_initial, 1.0),
+        retry_max: secs(retry_max, 30.0),
+        rtsp_transport,
+        latency_ms,
+        credentials,
+    })
+}
+
+fn check_range(f: &Fields<'_>, key: &str, v: f64, min: f64, max: f64, sink: &mut Sink) {
+    if !(v.is_finite() && v >= min && v <= max) {
+        sink.error(
+            f.path_of(key),
+            format!("must be between {min} and {max}, got {v}"),
+        );
+    }
+}
+
+/// Seconds as a Duration; an invalid value (already reported) falls back to `fallback`.
+fn secs(v: f64, fallback: f64) -> Duration {
+    Duration::try_from_secs_f64(v).unwrap_or_else(|_| Duration::from_secs_f64(fallback))
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(text: &str) -> Vec<String> {
+        match Config::parse(text, None) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_minimal_camera_gets_every_default() {
+        let c = Config::parse("[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n", None).unwrap();
+        let cam = &c.cameras[0];
+        assert_eq!(cam.pipeline, "test");
+        assert_eq!(cam.sample_fps, 1.0);
+        assert_eq!(cam.window, Duration::from_secs(60));
+        assert_eq!(cam.window_frames(), 60);
+        assert_eq!(c.vision, VisionConfig::default());
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let errs = errors(
+            r#"
+[runtime]
+status_interval_secs = 0
+colour = "red"
+
+[[cameras]]
+id = "front"
+uri = "rtsp://cam/a"
+sample_fps = 2
+
+[[cameras]]
+id = "front"
+uri = "rtsp://admin:pw@cam/b"
+sample_fps = 0
+window_sec = 30
+width = 100
+"#,
+        );
+        let expected = [
+            "runtime.status_interval_secs: must be between 0.1 and 3600, got 0",
+            "runtime.colour: unknown key",
+            "cameras[1].uri: `rtsp://***@cam/b` carries credentials",
+            "cameras[1].sample_fps: must be > 0 and <= 30, got 0",
+            "cameras[1].width: must be a multiple of 28",
+            "cameras[1].height: width and height must be given together",
+            "cameras[1].window_sec: unknown key; did you mean `window_secs`?",
+        ];
+        for e in expected {
+            assert!(
+                errs.iter().any(|got| got.starts_with(e)),
+                "missing `{e}` in {errs:#?}"
+            );
+        }
+        assert!(!errs.iter().any(|e| e.contains("pw@")), "{errs:#?}");
+    }
+
+    #[test]
+    fn types_are_checked_per_key() {
+        let errs = errors("[[cameras]]\nid = 3\nuri = \"test://ball\"\nsample_fps = \"fast\"\n");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("cameras[0].id: expected a string, got integer")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("cameras[0].sample_fps: expected a number")),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn passwords_in_the_file_are_refused() {
+        let errs = errors("[[cameras]]\nid=\"a\"\nuri=\"rtsp://h/x\"\nusername=\"u\"\npassword=\"p\"\n");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("cameras[0].password: passwords are never written")),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let errs = errors("[[cameras]]\nid = \"a\nuri = 3\n");
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].contains("line 2"), "{errs:?}");
+    }
+
+    #[test]
+    fn known_keys_cover_every_section() {
+        let keys = known_keys();
+        for k in [
+            "runtime.status_interval_secs",
+            "vision.max_visual_tokens",
+            "cameras[].sample_fps",
+            "cameras[].password_env",
+        ] {
+            assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The model geometry of a camera: VideoLLaMA3's resize rule, fixed once per camera.
+//!
+//! The reference (`simple_batched_resize`, REFERENCE §1b) sizes frames from the number of frames in
+//! the request, so a sliding window would change resolution, and with it DiffFP's comparisons. A
+//! streaming runtime fixes it per camera from the window length instead (DESIGN §4.1).
+
+use crate::config::VisionConfig;
+
+/// Pixels per merged token side: patch 14 x merge 2.
+pub const TOKEN_PX: u32 = 28;
+
+/// Width and height of the frames a camera hands to the model, multiples of [`TOKEN_PX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Geometry {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+}
+
+impl Geometry {
+    /// Visual tokens per frame after the 2x2 merge.
+    pub fn tokens(&self) -> u32 {
+        (self.width / TOKEN_PX) * (self.height / TOKEN_PX)
+    }
+
+    /// Bytes of one packed RGB frame.
+    pub fn frame_bytes(&self) -> usize {
+        self.width as usize * self.height as usize * 3
+    }
+}
+
+impl std::fmt::Display for Geometry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)
+    }
+}
+
+/// The reference resize rule for a `src_w` x `src_h` source (display size, square pixels) when
+/// `frames` frames go into one request.
+pub fn reference_geometry(src_w: u32, src_h: u32, frames: u32, vision: &VisionConfig) -> Geometry {
+    let f = f64::from(TOKEN_PX);
+    let (w, h) = (f64::from(src_w.max(1)), f64::from(src_h.max(1)));
+    let frames = u64::from(frames.max(1));
+    // Integer division, as Python's `//` on ints.
+    let budget = (u64::from(vision.max_visual_tokens) * u64::from(TOKEN_PX * TOKEN_PX) / frames) as f64;
+    let min_pixels = f64::from(vision.min_frame_tokens) * f * f;
+
+    let mut hb = round_half_even(h / f) * f;
+    let mut wb = round_half_even(w / f) * f;
+    if hb * wb > budget {
+        let s = (h * w / budget).sqrt();
+        hb = (h / s / f).floor() * f;
+        wb = (w / s / f).floor() * f;
+    }
+    if hb * wb < min_pixels {
+        let s = (min_pixels / (h * w)).sqrt();
+        hb = (h * s / f).ceil() * f;
+        wb = (w * s / f).ceil() * f;
+    }
+    // Extreme aspect ratios can floor one side to zero before the minimum rule; never emit zero.
+    Geometry {
+        width: (wb as u32).max(TOKEN_PX),
+        height: (hb as u32).max(TOKEN_PX),
+    }
+}
+
+/// Python's `round()`: halves go to the even neighbour.
+fn round_half_even(x: f64) -> f64 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+        r - x.signum()
+    } else {
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vision(max_visual_tokens: u32) -> VisionConfig {
+        VisionConfig {
+            max_visual_tokens,
+            ..VisionConfig::default()
+        }
+    }
+
+    /// The worked table of REFERENCE §1b, both token budgets.
+    #[test]
+    fn matches_the_reference_worked_examples() {
+        let cases = [
+            // (src w, src h, frames, 16384 -> WxH, 10240 -> WxH)
+            (1280, 720, 1, (1288, 728), (1288, 728)),
+            (1280, 720, 60, (616, 336), (476, 252)),
+            (1280, 720, 180, (336, 196), (280, 140)),
+            (1920, 1080, 180, (336, 196), (280, 140)),
+            (640, 480, 180, (308, 224), (224, 168)),
+        ];
+        for (w, h, n, big, small) in cases {
+            let g = reference_geometry(w, h, n, &vision(16384));
+            assert_eq!((g.width, g.height), big, "{w}x{h} x{n} @16384");
+            let g = reference_geometry(w, h, n, &vision(10240));
+            assert_eq!((g.width, g.height), small, "{w}x{h} x{n} @10240");
+        }
+        assert_eq!(reference_geometry(1280, 720, 180, &vision(16384)).tokens(), 84);
+    }
+
+    #[test]
+    fn tiny_sources_are_raised_to_the_minimum() {
+        let g = reference_geometry(32, 24, 1, &VisionConfig::default());
+        assert!(g.tokens() >= 16, "{g}");
+        assert_eq!(g.width % TOKEN_PX, 0);
+        assert_eq!(g.height % TOKEN_PX, 0);
+    }
+
+    #[test]
+    fn python_rounding_is_half_to_even() {
+        assert_eq!(round_half_even(2.5), 2.0);
+        assert_eq!(round_half_even(3.5), 4.0);
+        assert_eq!(round_half_even(8.57), 9.0);
+    }
+}

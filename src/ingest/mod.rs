@@ -1,0 +1,14 @@
+//! Ingest: cameras attached through GStreamer, decoded, scaled to the model geometry and sampled.
+//!
+//! Each camera runs a pipeline rendered from a template in `pipelines/`; a [`Session`] is one run of
+//! it. Frames leave as packed RGB at the camera's [`Geometry`] through the ring's hand-off.
+
+mod geometry;
+mod session;
+mod template;
+
+pub use geometry::{Geometry, TOKEN_PX, reference_geometry};
+pub use session::{CameraShared, IngestError, Session, SessionEvent, init};
+pub use template::{ElementSpec, REQUIRED_NAMES, Template};
+mod probe;
+pub use probe::{ProbeSummary, probe};

@@ -1,0 +1,674 @@
+//! One run of a camera's GStreamer pipeline, from start to error, end of stream or stop.
+//!
+//! The supervisor owns the loop around sessions (restart, backoff, watchdog); a session only builds
+//! the pipeline from its template, configures it through properties, and turns the streaming
+//! thread's output into sampled [`Frame`]s and bus messages into [`SessionEvent`]s.
+
+use super::geometry::{Geometry, reference_geometry};
+use super::template::Template;
+use crate::config::{CameraConfig, Secret, SourceUri, VisionConfig};
+use crate::ring::{Counters, Frame, SampleDecision, Sampler, handoff};
+use futures_util::StreamExt;
+use gst_video::prelude::*;
+use ringbuf::traits::{Consumer as _, Producer as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::Notify;
+
+/// Why a session could not start or had to end.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IngestError {
+    /// GStreamer itself could not be initialised.
+    #[error("GStreamer could not be initialised: {0}")]
+    Init(String),
+    /// The template needs an element this machine does not have (hardware or plugin missing).
+    #[error(
+        "camera {camera}: pipeline template `{template}` needs the GStreamer element `{element}`, \
+         which is not installed on this machine{hint}"
+    )]
+    MissingElement {
+        /// Camera id.
+        camera: String,
+        /// Template name.
+        template: String,
+        /// Missing factory name.
+        element: String,
+        /// What to install or choose instead.
+        hint: String,
+    },
+    /// The template is malformed or its elements lack the properties edgevlm sets.
+    #[error("camera {camera}: pipeline template `{template}`: {message}")]
+    Template {
+        /// Camera id.
+        camera: String,
+        /// Template name.
+        template: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The camera's password could not be read.
+    #[error("camera {camera}: {message}")]
+    Credentials {
+        /// Camera id.
+        camera: String,
+        /// What failed (names the file or variable, never the content).
+        message: String,
+    },
+    /// The pipeline refused to start.
+    #[error("camera {camera}: pipeline did not start: {message}")]
+    Start {
+        /// Camera id.
+        camera: String,
+        /// GStreamer's reason.
+        message: String,
+    },
+}
+
+impl IngestError {
+    /// Errors that a retry cannot fix: the camera is stopped instead of retried.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            IngestError::Init(_) | IngestError::MissingElement { .. } | IngestError::Template { .. }
+        )
+    }
+}
+
+/// Initialises GStreamer once for the process.
+pub fn init() -> Result<(), IngestError> {
+    static INIT: OnceLock<Result<(), String>> = OnceLock::new();
+    INIT.get_or_init(|| gst::init().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(IngestError::Init)
+}
+
+/// State of a camera that outlives its sessions (shared with the supervisor and readers).
+#[derive(Debug)]
+pub struct CameraShared {
+    /// Camera id.
+    pub id: Arc<str>,
+    /// Ingest counters.
+    pub counters: Counters,
+    /// The model geometry, fixed by the first negotiation (or the config) for the camera's life.
+    pub geometry: OnceLock<Geometry>,
+    /// The caps the source delivered last, for status and `probe`.
+    pub source_caps: Mutex<Option<String>>,
+    epoch: Instant,
+    /// Milliseconds after `epoch` of the last decoded frame (0: none yet in this session).
+    last_input_ms: AtomicU64,
+    resume: Mutex<Resume>,
+}
+
+/// Where the stream clock and frame numbering continue after a restart.
+#[derive(Debug, Default, Clone, Copy)]
+struct Resume {
+    first_frame_at: Option<Instant>,
+    last_pts: Option<Duration>,
+    next_seq: u64,
+}
+
+impl CameraShared {
+    /// Shared state for camera `id`; `size` fixes the geometry up front.
+    pub fn new(id: &str, size: Option<(u32, u32)>) -> Self {
+        let geometry = OnceLock::new();
+        if let Some((width, height)) = size {
+            let _ = geometry.set(Geometry { width, height });
+        }
+        CameraShared {
+            id: id.into(),
+            counters: Counters::default(),
+            geometry,
+            source_caps: Mutex::new(None),
+            epoch: Instant::now(),
+            last_input_ms: AtomicU64::new(0),
+            resume: Mutex::new(Resume::default()),
+        }
+    }
+
+    fn mark_input(&self) {
+        let ms = self.epoch.elapsed().as_millis().max(1) as u64;
+        self.last_input_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// When the last decoded frame arrived, if one arrived since the session started.
+    pub fn last_input(&self) -> Option<Instant> {
+        match self.last_input_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.epoch + Duration::from_millis(ms)),
+        }
+    }
+
+    fn resume(&self) -> Resume {
+        *self.resume.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a running session reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// Sampled frames are waiting in the hand-off; take them with [`Session::pop_frame`].
+    FramesReady,
+    /// The pipeline failed; the message names the element and never contains a password.
+    Error(String),
+    /// The source ended (a file finished, or a live camera disconnected).
+    Eos,
+}
+
+/// A running pipeline for one camera.
+pub struct Session {
+    pipeline: gst::Pipeline,
+    bus: gst::bus::BusStream,
+    frames: handoff::Consumer,
+    notify: Arc<Notify>,
+    secret: Option<Secret>,
+    camera: Arc<str>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("camera", &self.camera).finish()
+    }
+}
+
+impl Session {
+    /// Builds the camera's pipeline and sets it playing. Blocking: call from a blocking context.
+    pub fn start(
+        cfg: &CameraConfig,
+        vision: &VisionConfig,
+        shared: Arc<CameraShared>,
+    ) -> Result<Session, IngestError> {
+        init()?;
+        let camera = cfg.id.clone();
+        let template = Template::by_name(&cfg.pipeline).ok_or_else(|| IngestError::Template {
+            camera: camera.clone(),
+            template: cfg.pipeline.clone(),
+            message: format!("no such template (known: {})", Template::names().join(", ")),
+        })?;
+        let tpl_err = |message: String| IngestError::Template {
+            camera: camera.clone(),
+            template: template.name.to_string(),
+            message,
+        };
+        template.check_text().map_err(&tpl_err)?;
+        if !template.accepts(&cfg.uri) {
+            return Err(tpl_err(format!(
+                "reads {} sources, not {}",
+                template.source_kind(),
+                cfg.uri
+            )));
+        }
+        for factory in template.factories() {
+            if gst::ElementFactory::find(&factory).is_none() {
+                return Err(IngestError::MissingElement {
+                    camera: camera.clone(),
+                    template: template.name.to_string(),
+                    hint: missing_element_hint(&factory),
+                    element: factory,
+                });
+            }
+        }
+
+        let pipeline = gst::parse::launch(&template.launch())
+            .map_err(|e| tpl_err(format!("does not parse: {e}")))?
+            .downcast::<gst::Pipeline>()
+            .map_err(|_| tpl_err("is not a pipeline of several elements".into()))?;
+        let by_name = |name: &str| {
+            pipeline
+                .by_name(name)
+                .ok_or_else(|| tpl_err(format!("has no element named `{name}`")))
+        };
+        let src = by_name("src")?;
+        let rate = by_name("rate")?;
+        let scale = by_name("scale")?;
+        let capsfilter = by_name("caps")?;
+        let sink = by_name("sink")?
+            .downcast::<gst_app::AppSink>()
+            .map_err(|_| tpl_err("element `sink` is not an appsink".into()))?;
+
+        let secret = configure_source(&src, cfg).map_err(|e| match e {
+            SourceError::Credentials(message) => IngestError::Credentials {
+                camera: camera.clone(),
+                message,
+            },
+            SourceError::Property(message) => tpl_err(message),
+        })?;
+
+        let fps = gst::Fraction::approximate_f64(cfg.sample_fps)
+            .ok_or_else(|| tpl_err(format!("sample_fps {} has no fraction", cfg.sample_fps)))?;
+        let frames_per_request = (cfg.window_frames() as u32).min(vision.max_frames);
+        match shared.geometry.get() {
+            Some(g) => capsfilter.set_property("caps", output_caps(Some(*g), fps)),
+            None => {
+                capsfilter.set_property("caps", output_caps(None, fps));
+                install_geometry_probe(
+                    &scale,
+                    capsfilter.clone(),
+                    shared.clone(),
+                    frames_per_request,
+                    *vision,
+                    fps,
+                )
+                .map_err(&tpl_err)?;
+            }
+        }
+        install_input_probe(&rate, shared.clone()).map_err(&tpl_err)?;
+
+        let (producer, frames) = handoff::channel();
+        let notify = Arc::new(Notify::new());
+        sink.set_property("max-buffers", 2u32);
+        sink.set_property("drop", true);
+        sink.set_property("sync", false);
+        sink.set_callbacks(
+            gst_app::AppSinkCallbacks::builder()
+                .new_sample(new_sample_handler(
+                    producer,
+                    notify.clone(),
+                    shared.clone(),
+                    cfg.sample_fps,
+                    cfg.uri.is_live(),
+                ))
+                .build(),
+        );
+
+        shared.last_input_ms.store(0, Ordering::Relaxed);
+        let bus = pipeline
+            .bus()
+            .ok_or_else(|| tpl_err("pipeline has no bus".into()))?
+            .stream();
+        let session = Session {
+            pipeline,
+            bus,
+            frames,
+            notify,
+            secret,
+            camera: shared.id.clone(),
+            stopped: false,
+        };
+        if let Err(e) = session.pipeline.set_state(gst::State::Playing) {
+            // The bus usually holds the precise reason (file not found, connection refused, …).
+            let reason = session.pending_error().unwrap_or_else(|| e.to_string());
+            return Err(IngestError::Start { camera, message: reason });
+        }
+        Ok(session)
+    }
+
+    /// Waits for the next thing the supervisor must act on.
+    pub async fn next_event(&mut self) -> SessionEvent {
+        loop {
+            tokio::select! {
+                _ = self.notify.notified() => return SessionEvent::FramesReady,
+                msg = self.bus.next() => {
+                    let Some(msg) = msg else {
+                        return SessionEvent::Error("pipeline bus closed".into());
+                    };
+                    if let Some(event) = self.classify(&msg) {
+                        return event;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next sampled frame waiting in the hand-off.
+    pub fn pop_frame(&mut self) -> Option<Frame> {
+        self.frames.try_pop()
+    }
+
+    /// Sets the pipeline to Null. Blocking (RTSP teardown): call from a blocking context.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if !self.stopped {
+            self.stopped = true;
+            let _ = self.pipeline.set_state(gst::State::Null);
+        }
+    }
+
+    /// An error already posted on the bus, if any (used when a state change fails).
+    fn pending_error(&self) -> Option<String> {
+        let bus = self.pipeline.bus()?;
+        while let Some(msg) = bus.pop() {
+            if let Some(SessionEvent::Error(e)) = self.classify(&msg) {
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    fn classify(&self, msg: &gst::Message) -> Option<SessionEvent> {
+        use gst::MessageView;
+        match msg.view() {
+            MessageView::Error(e) => {
+                let src = e
+                    .src()
+                    .map(|s| s.path_string().to_string())
+                    .unwrap_or_else(|| "pipeline".into());
+                let debug = e
+                    .debug()
+                    .map(|d| debug_detail(&d))
+                    .filter(|d| !d.is_empty())
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default();
+                Some(SessionEvent::Error(self.scrub(&format!(
+                    "{src}: {}{debug}",
+                    e.error()
+                ))))
+            }
+            MessageView::Eos(_) => Some(SessionEvent::Eos),
+            MessageView::Warning(w) => {
+                tracing::warn!(
+                    camera = %self.camera,
+                    warning = %self.scrub(&w.error().to_string()),
+                    "Pipeline warning"
+                );
+                None
+            }
+            // rtspsrc posts this before EOS when the server stops sending (RTCP timeout, FACTS §1.6).
+            MessageView::Element(el)
+                if el
+                    .structure()
+                    .is_some_and(|s| s.name() == "GstRTSPSrcTimeout") =>
+            {
+                Some(SessionEvent::Error("RTSP server stopped sending (RTCP timeout)".into()))
+            }
+            _ => None,
+        }
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        match &self.secret {
+            Some(s) => s.scrub(text),
+            None => text.to_string(),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A pipeline dropped outside Null leaks its threads and sockets.
+        self.shutdown();
+    }
+}
+
+/// GStreamer's debug text starts with the C source location (`gstrtspsrc.c(8336): fn (): path:`);
+/// keep only the human part after it.
+fn debug_detail(debug: &str) -> String {
+    debug
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !(l.contains(".c(") && l.contains("():")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn missing_element_hint(factory: &str) -> String {
+    let hint = match factory {
+        "nvh264dec" | "nvh265dec" | "cudaconvertscale" | "cudadownload" | "cudaupload" => {
+            "; it comes with an NVIDIA GPU driver and gstreamer1.0-plugins-bad built with nvcodec \
+             (use pipeline = \"rtsp\" for software decoding)"
+        }
+        "nvv4l2decoder" | "nvvidconv" => {
+            "; it comes with NVIDIA JetPack on Jetson devices (use pipeline = \"rtsp\" elsewhere)"
+        }
+        "avdec_h264" | "avdec_h265" => "; install gstreamer1.0-libav",
+        "rtspsrc" | "rtph264depay" | "v4l2src" => "; install gstreamer1.0-plugins-good",
+        "h264parse" | "h265parse" => "; install gstreamer1.0-plugins-bad",
+        _ => "",
+    };
+    hint.to_string()
+}
+
+enum SourceError {
+    Credentials(String),
+    Property(String),
+}
+
+/// Sets the source element's properties from the camera's URI and credentials.
+fn configure_source(src: &gst::Element, cfg: &CameraConfig) -> Result<Option<Secret>, SourceError> {
+    let prop = |name: &str, value: glib::Value| set_checked(src, name, value).map_err(SourceError::Property);
+    let prop_str = |name: &str, value: &str| set_from_str(src, name, value).map_err(SourceError::Property);
+    match &cfg.uri {
+        SourceUri::Rtsp(url) => {
+            prop("location", url.to_value())?;
+            prop_str("protocols", cfg.rtsp_transport.rtspsrc_protocols())?;
+            prop("latency", cfg.latency_ms.to_value())?;
+            prop("drop-on-latency", true.to_value())?;
+            let tcp_timeout_us = cfg.connect_timeout.as_micros().min(u128::from(u64::MAX)) as u64;
+            prop("tcp-timeout", tcp_timeout_us.to_value())?;
+            if let Some(creds) = &cfg.credentials {
+                prop("user-id", creds.username.to_value())?;
+                if let Some(source) = &creds.password {
+                    let secret = source.load().map_err(SourceError::Credentials)?;
+                    prop("user-pw", secret.expose().to_value())?;
+                    return Ok(Some(secret));
+                }
+            }
+        }
+        SourceUri::File(path) => {
+            if !path.is_file() {
+                return Err(SourceError::Credentials(format!(
+                    "video file {} does not exist or is not a file",
+                    path.display()
+                )));
+            }
+            prop("location", path.to_string_lossy().to_value())?;
+        }
+        SourceUri::V4l2(dev) => prop("device", dev.to_string_lossy().to_value())?,
+        SourceUri::Test(pattern) => prop_str("pattern", pattern)?,
+    }
+    Ok(None)
+}
+
+/// Sets a property after checking it exists, is writable and accepts the value (glib panics
+/// otherwise, and a panic must not be reachable from a config file or a custom template).
+fn set_checked(el: &gst::Element, name: &str, value: glib::Value) -> Result<(), String> {
+    let pspec = el
+        .find_property(name)
+        .ok_or_else(|| format!("element `{}` has no property `{name}`", el.name()))?;
+    let flags = pspec.flags();
+    if !flags.contains(glib::ParamFlags::WRITABLE) || flags.contains(glib::ParamFlags::CONSTRUCT_ONLY) {
+        return Err(format!("property `{name}` of `{}` is not writable", el.name()));
+    }
+    if !value.type_().is_a(pspec.value_type()) || !pspec.value_is_valid(&value) {
+        return Err(format!(
+            "property `{name}` of `{}` does not accept a {} value",
+            el.name(),
+            value.type_()
+        ));
+    }
+    el.set_property(name, value);
+    Ok(())
+}
+
+fn set_from_str(el: &gst::Element, name: &str, value: &str) -> Result<(), String> {
+    let pspec = el
+        .find_property(name)
+        .ok_or_else(|| format!("element `{}` has no property `{name}`", el.name()))?;
+    let v = <glib::Value as gst::prelude::GstValueExt>::deserialize(value, pspec.value_type())
+        .map_err(|_| format!("`{value}` is not a valid value for `{name}` of `{}`", el.name()))?;
+    set_checked(el, name, v)
+}
+
+fn output_caps(geometry: Option<Geometry>, fps: gst::Fraction) -> gst::Caps {
+    let b = gst_video::VideoCapsBuilder::new()
+        .format(gst_video::VideoFormat::Rgb)
+        .pixel_aspect_ratio(gst::Fraction::new(1, 1))
+        .framerate(fps);
+    match geometry {
+        Some(g) => b.width(g.width as i32).height(g.height as i32).build(),
+        None => b.build(),
+    }
+}
+
+/// Fixes the geometry from the first caps the scaler sees, before it negotiates downstream.
+fn install_geometry_probe(
+    scale: &gst::Element,
+    capsfilter: gst::Element,
+    shared: Arc<CameraShared>,
+    frames_per_request: u32,
+    vision: VisionConfig,
+    fps: gst::Fraction,
+) -> Result<(), String> {
+    let pad = scale
+        .static_pad("sink")
+        .ok_or("element `scale` has no sink pad")?;
+    pad.add_probe(gst::PadProbeType::EVENT_DOWNSTREAM, move |_, info| {
+        if let Some(gst::PadProbeData::Event(ev)) = &info.data
+            && let gst::EventView::Caps(c) = ev.view()
+            && let Some(s) = c.caps().structure(0)
+            && let (Ok(w), Ok(h)) = (s.get::<i32>("width"), s.get::<i32>("height"))
+        {
+            let par = s
+                .get::<gst::Fraction>("pixel-aspect-ratio")
+                .unwrap_or(gst::Fraction::new(1, 1));
+            // The reference resizes the displayed picture; fold a non-square PAR into the width.
+            let display_w = (i64::from(w) * i64::from(par.numer()) / i64::from(par.denom().max(1)))
+                .clamp(1, i64::from(u32::MAX)) as u32;
+            let g = *shared.geometry.get_or_init(|| {
+                reference_geometry(display_w, h.max(1) as u32, frames_per_request, &vision)
+            });
+            capsfilter.set_property("caps", output_caps(Some(g), fps));
+            *shared.source_caps.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(format!("{w}x{h} {}", s.get::<&str>("format").unwrap_or("")));
+        }
+        gst::PadProbeReturn::Ok
+    })
+    .ok_or("cannot watch the scaler's input")?;
+    Ok(())
+}
+
+/// Counts every decoded frame and feeds the stall watchdog, whatever the sample rate.
+fn install_input_probe(rate: &gst::Element, shared: Arc<CameraShared>) -> Result<(), String> {
+    let pad = rate
+        .static_pad("sink")
+        .ok_or("element `rate` has no sink pad")?;
+    pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+        Counters::bump(&shared.counters.frames_in);
+        shared.mark_input();
+        gst::PadProbeReturn::Ok
+    })
+    .ok_or("cannot watch the decoder's output")?;
+    Ok(())
+}
+
+/// Maps a session's buffer timestamps onto the camera's continuous stream clock.
+struct StreamClock {
+    base: Duration,
+    first_pts: Option<gst::ClockTime>,
+    started: Instant,
+}
+
+impl StreamClock {
+    fn stream_time(&mut self, pts: Option<gst::ClockTime>) -> Duration {
+        match pts {
+            Some(pts) => {
+                let first = *self.first_pts.get_or_insert(pts);
+                self.base + Duration::from_nanos(pts.saturating_sub(first).nseconds())
+            }
+            // Some sources do not stamp buffers; arrival time is the best estimate.
+            None => self.base + self.started.elapsed(),
+        }
+    }
+}
+
+type SampleHandler =
+    Box<dyn FnMut(&gst_app::AppSink) -> Result<gst::FlowSuccess, gst::FlowError> + Send>;
+
+/// The appsink callback: sample by timestamp, copy only sampled frames, hand them off.
+fn new_sample_handler(
+    mut producer: handoff::Producer,
+    notify: Arc<Notify>,
+    shared: Arc<CameraShared>,
+    fps: f64,
+    live: bool,
+) -> SampleHandler {
+    let resume = shared.resume();
+    let mut sampler = Sampler::new(fps);
+    // After a restart, stream time continues from the wall clock (live) so gaps stay visible and
+    // timestamps never go back; a restarted file starts after the last frame it delivered.
+    let base = match (resume.first_frame_at, resume.last_pts) {
+        (Some(first), Some(last)) => {
+            let wall = if live { first.elapsed() } else { Duration::ZERO };
+            wall.max(last + sampler.period())
+        }
+        _ => Duration::ZERO,
+    };
+    let mut clock = StreamClock {
+        base,
+        first_pts: None,
+        started: Instant::now(),
+    };
+    let mut info_cache: Option<(gst::Caps, gst_video::VideoInfo)> = None;
+    Box::new(move |sink| {
+        let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+        let Some(buffer) = sample.buffer() else {
+            return Ok(gst::FlowSuccess::Ok);
+        };
+        let pts = clock.stream_time(buffer.pts());
+        match sampler.offer(pts) {
+            SampleDecision::Sample => {}
+            SampleDecision::Drop => return Ok(gst::FlowSuccess::Ok),
+            SampleDecision::Late => {
+                Counters::bump(&shared.counters.late);
+                return Ok(gst::FlowSuccess::Ok);
+            }
+        }
+        let Some(caps) = sample.caps() else {
+            return Ok(gst::FlowSuccess::Ok);
+        };
+        if info_cache.as_ref().is_none_or(|(c, _)| c.as_ref() != caps) {
+            let info = gst_video::VideoInfo::from_caps(caps).map_err(|_| gst::FlowError::NotNegotiated)?;
+            info_cache = Some((caps.to_owned(), info));
+        }
+        let Some((_, info)) = &info_cache else {
+            return Err(gst::FlowError::NotNegotiated);
+        };
+        let Some(rgb) = copy_packed_rgb(buffer, info) else {
+            return Err(gst::FlowError::Error);
+        };
+        let seq = {
+            let mut r = shared.resume.lock().unwrap_or_else(|p| p.into_inner());
+            r.first_frame_at.get_or_insert_with(Instant::now);
+            r.last_pts = Some(pts);
+            r.next_seq += 1;
+            r.next_seq - 1
+        };
+        let frame = Frame {
+            camera: shared.id.clone(),
+            seq,
+            pts,
+            wall_time: SystemTime::now(),
+            width: info.width(),
+            height: info.height(),
+            rgb,
+        };
+        if producer.try_push(frame).is_err() {
+            Counters::bump(&shared.counters.overflow);
+        } else {
+            Counters::bump(&shared.counters.sampled);
+        }
+        notify.notify_one();
+        Ok(gst::FlowSuccess::Ok)
+    })
+}
+
+/// Copies an RGB buffer row by row using its stride (GStreamer pads rows to 4 bytes).
+fn copy_packed_rgb(buffer: &gst::BufferRef, info: &gst_video::VideoInfo) -> Option<Box<[u8]>> {
+    let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, info).ok()?;
+    let stride = usize::try_from(*frame.plane_stride().first()?).ok()?;
+    let data = frame.plane_data(0).ok()?;
+    let row = frame.width() as usize * 3;
+    let height = frame.height() as usize;
+    if stride < row || data.len() < stride * (height.saturating_sub(1)) + row {
+        return None;
+    }
+    let mut out = Vec::with_capacity(row * height);
+    for y in 0..height {
+        out.extend_from_slice(&data[y * stride..y * stride + row]);
+    }
+    Some(out.into_boxed_slice())
+}

@@ -1,0 +1,7 @@
+//! edgevlm: an embedded streaming-video runtime that lets a video language model watch live
+//! cameras. Modules follow the data flow: config, ingest, ring, supervisor (DESIGN §2).
+
+pub mod config;
+pub mod ingest;
+pub mod ring;
+pub mod supervisor;

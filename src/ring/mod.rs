@@ -1,0 +1,124 @@
+//! Ring: fixed-fps sampling by presentation timestamp and the bounded per-camera window.
+//!
+//! Data flow: GStreamer's streaming thread offers every delivered frame to the [`Sampler`]; sampled
+//! frames are copied once and pushed through a bounded lock-free SPSC hand-off ([`handoff`]) that
+//! never blocks that thread; the camera task moves them into the [`Window`], which keeps the last
+//! `window_secs` of footage and serves snapshots to readers.
+
+mod sampler;
+mod window;
+
+pub use sampler::{SampleDecision, Sampler};
+pub use window::{Window, WindowInfo};
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// One sampled frame: packed RGB24 at the camera's model geometry, rows without padding.
+pub struct Frame {
+    /// Camera id.
+    pub camera: Arc<str>,
+    /// Sequence number among the camera's sampled frames (continues across restarts).
+    pub seq: u64,
+    /// Stream time: time since the camera's first frame, continuous across restarts.
+    pub pts: Duration,
+    /// Wall-clock time the frame was sampled.
+    pub wall_time: SystemTime,
+    /// Width in pixels (a multiple of 28).
+    pub width: u32,
+    /// Height in pixels (a multiple of 28).
+    pub height: u32,
+    /// `width * height * 3` bytes, row-major RGB.
+    pub rgb: Box<[u8]>,
+}
+
+impl fmt::Debug for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A frame is hundreds of kilobytes; say what it is instead of dumping it.
+        f.debug_struct("Frame")
+            .field("camera", &self.camera)
+            .field("seq", &self.seq)
+            .field("pts", &self.pts)
+            .field("size", &format_args!("{}x{}", self.width, self.height))
+            .field("bytes", &self.rgb.len())
+            .finish()
+    }
+}
+
+/// The SPSC hand-off between GStreamer's streaming thread and the camera task.
+pub mod handoff {
+    use super::Frame;
+    use ringbuf::HeapRb;
+    use ringbuf::traits::Split;
+
+    /// Producer side, owned by the appsink callback.
+    pub type Producer = ringbuf::HeapProd<Frame>;
+    /// Consumer side, owned by the camera task.
+    pub type Consumer = ringbuf::HeapCons<Frame>;
+
+    /// Frames that may wait between the two threads. When full the newest frame is dropped and
+    /// counted as overflow: the camera task is behind, and frames already queued keep their order.
+    pub const CAPACITY: usize = 4;
+
+    /// A new hand-off queue.
+    pub fn channel() -> (Producer, Consumer) {
+        HeapRb::<Frame>::new(CAPACITY).split()
+    }
+}
+
+/// Per-camera ingest counters, updated lock-free from the streaming thread.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Decoded frames that reached the rate stage (the camera's real rate).
+    pub frames_in: AtomicU64,
+    /// Frames accepted into the window.
+    pub sampled: AtomicU64,
+    /// Frames whose timestamp was not after the last sampled one (reordered or rewound).
+    pub late: AtomicU64,
+    /// Sampled frames lost because the hand-off queue was full.
+    pub overflow: AtomicU64,
+    /// Pipeline restarts.
+    pub restarts: AtomicU64,
+}
+
+/// A consistent-enough copy of [`Counters`] for status lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CounterSnapshot {
+    /// Decoded frames in.
+    pub frames_in: u64,
+    /// Frames sampled into the window.
+    pub sampled: u64,
+    /// Frames decimated by the fixed-fps sampling (in - sampled - late - overflow).
+    pub dropped: u64,
+    /// Frames with a timestamp not after the last sampled one.
+    pub late: u64,
+    /// Sampled frames lost to a full hand-off.
+    pub overflow: u64,
+    /// Pipeline restarts.
+    pub restarts: u64,
+}
+
+impl Counters {
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> CounterSnapshot {
+        let frames_in = self.frames_in.load(Ordering::Relaxed);
+        let sampled = self.sampled.load(Ordering::Relaxed);
+        let late = self.late.load(Ordering::Relaxed);
+        let overflow = self.overflow.load(Ordering::Relaxed);
+        CounterSnapshot {
+            frames_in,
+            sampled,
+            dropped: frames_in.saturating_sub(sampled + late + overflow),
+            late,
+            overflow,
+            restarts: self.restarts.load(Ordering::Relaxed),
+        }
+    }
+}

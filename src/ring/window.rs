@@ -1,0 +1,173 @@
+//! The bounded, overwrite-oldest window of one camera's sampled frames.
+//!
+//! Only the camera task writes; readers take `Arc` snapshots under a lock held for the copy of a
+//! few pointers, so neither side waits on the other for long and GStreamer's thread never waits.
+
+use super::Frame;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The last `span` of sampled frames of one camera.
+#[derive(Debug)]
+pub struct Window {
+    span: Duration,
+    capacity: usize,
+    inner: Mutex<VecDeque<Arc<Frame>>>,
+}
+
+/// What the window holds right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WindowInfo {
+    /// Frames held.
+    pub frames: usize,
+    /// Stream time of the oldest frame.
+    pub oldest: Option<Duration>,
+    /// Stream time of the newest frame.
+    pub newest: Option<Duration>,
+    /// Bytes of pixel data held.
+    pub bytes: usize,
+}
+
+impl Window {
+    /// A window of `span` stream time holding at most `capacity` frames (whatever the timestamps).
+    pub fn new(span: Duration, capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        Window {
+            span,
+            capacity,
+            inner: Mutex::new(VecDeque::with_capacity(capacity)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Frame>>> {
+        // A reader that panicked cannot leave the deque inconsistent: keep serving.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds the newest frame and evicts what fell out of the span or over capacity.
+    /// Returns how many frames were evicted.
+    pub fn push(&self, frame: Arc<Frame>) -> usize {
+        let newest = frame.pts;
+        let mut q = self.lock();
+        q.push_back(frame);
+        let mut evicted = 0;
+        while let Some(front) = q.front() {
+            let too_old = newest.saturating_sub(front.pts) >= self.span && q.len() > 1;
+            if too_old || q.len() > self.capacity {
+                q.pop_front();
+                evicted += 1;
+            } else {
+                break;
+            }
+        }
+        evicted
+    }
+
+    /// Frames with `t0 <= pts <= t1`, oldest first.
+    pub fn snapshot(&self, t0: Duration, t1: Duration) -> Vec<Arc<Frame>> {
+        let q = self.lock();
+        let start = q.partition_point(|f| f.pts < t0);
+        q.range(start..)
+            .take_while(|f| f.pts <= t1)
+            .cloned()
+            .collect()
+    }
+
+    /// The last `n` frames, oldest first.
+    pub fn last(&self, n: usize) -> Vec<Arc<Frame>> {
+        let q = self.lock();
+        q.range(q.len().saturating_sub(n)..).cloned().collect()
+    }
+
+    /// The newest frame.
+    pub fn latest(&self) -> Option<Arc<Frame>> {
+        self.lock().back().cloned()
+    }
+
+    /// Counts and bounds of what is held.
+    pub fn info(&self) -> WindowInfo {
+        let q = self.lock();
+        WindowInfo {
+            frames: q.len(),
+            oldest: q.front().map(|f| f.pts),
+            newest: q.back().map(|f| f.pts),
+            bytes: q.iter().map(|f| f.rgb.len()).sum(),
+        }
+    }
+
+    /// The configured span.
+    pub fn span(&self) -> Duration {
+        self.span
+    }
+
+    /// The frame-count bound.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn frame(seq: u64, pts_ms: u64) -> Arc<Frame> {
+        Arc::new(Frame {
+            camera: "c".into(),
+            seq,
+            pts: Duration::from_millis(pts_ms),
+            wall_time: SystemTime::UNIX_EPOCH,
+            width: 28,
+            height: 28,
+            rgb: vec![0; 28 * 28 * 3].into_boxed_slice(),
+        })
+    }
+
+    #[test]
+    fn keeps_exactly_the_span_of_a_steady_camera() {
+        let w = Window::new(Duration::from_secs(60), 61);
+        for i in 0..200 {
+            w.push(frame(i, i * 1000));
+        }
+        let info = w.info();
+        assert_eq!(info.frames, 60);
+        assert_eq!(info.oldest, Some(Duration::from_secs(140)));
+        assert_eq!(info.newest, Some(Duration::from_secs(199)));
+    }
+
+    #[test]
+    fn memory_is_bounded_by_capacity_whatever_the_timestamps() {
+        // A source whose timestamps barely advance would otherwise grow the window without bound.
+        let w = Window::new(Duration::from_secs(60), 10);
+        for i in 0..10_000 {
+            w.push(frame(i, i));
+        }
+        assert_eq!(w.info().frames, 10);
+        assert_eq!(w.info().bytes, 10 * 28 * 28 * 3);
+    }
+
+    #[test]
+    fn snapshots_select_by_stream_time() {
+        let w = Window::new(Duration::from_secs(60), 100);
+        for i in 0..10 {
+            w.push(frame(i, i * 1000));
+        }
+        let s = w.snapshot(Duration::from_millis(2500), Duration::from_secs(5));
+        assert_eq!(s.iter().map(|f| f.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+        assert_eq!(w.last(2).iter().map(|f| f.seq).collect::<Vec<_>>(), vec![8, 9]);
+        assert!(w.snapshot(Duration::from_secs(20), Duration::from_secs(30)).is_empty());
+    }
+
+    #[test]
+    fn a_snapshot_survives_eviction() {
+        let w = Window::new(Duration::from_secs(2), 10);
+        w.push(frame(0, 0));
+        let held = w.snapshot(Duration::ZERO, Duration::MAX);
+        for i in 1..10 {
+            w.push(frame(i, i * 1000));
+        }
+        assert_eq!(held[0].seq, 0);
+        assert_eq!(w.info().oldest, Some(Duration::from_secs(8)));
+    }
+}

@@ -1,0 +1,352 @@
+//! Supervision: one task per camera that keeps its pipeline running through failures.
+//!
+//! A camera that errors, ends or stalls is restarted with exponential backoff plus jitter, without
+//! touching the other cameras; each keeps a status (`starting|running|retrying|stopped`) with the
+//! last retry reason. Fatal problems (a missing hardware element, a broken template) and the end
+//! of a file stop the camera instead of retrying forever.
+
+mod backoff;
+mod report;
+
+pub use backoff::Backoff;
+pub use report::{CameraReport, RateMeter};
+
+use crate::config::{CameraConfig, Config, VisionConfig};
+use crate::ingest::{CameraShared, IngestError, Session, SessionEvent};
+use crate::ring::Window;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Lifecycle state of a camera.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CameraState {
+    /// The pipeline is being built or is waiting for its first frame.
+    Starting,
+    /// Frames are arriving.
+    Running,
+    /// The last session failed; the next attempt waits for the backoff delay.
+    Retrying,
+    /// Not running: disabled, finished, fatally misconfigured, or shut down.
+    Stopped,
+}
+
+impl std::fmt::Display for CameraState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CameraState::Starting => "starting",
+            CameraState::Running => "running",
+            CameraState::Retrying => "retrying",
+            CameraState::Stopped => "stopped",
+        })
+    }
+}
+
+/// The published status of a camera.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CameraStatus {
+    /// Current state.
+    pub state: CameraState,
+    /// Why the camera is retrying or stopped (the last failure), if it is.
+    pub reason: Option<String>,
+    /// Restarts so far.
+    pub restarts: u64,
+    /// When the state last changed.
+    pub since: Instant,
+}
+
+impl CameraStatus {
+    fn new(state: CameraState, reason: Option<String>) -> Self {
+        CameraStatus {
+            state,
+            reason,
+            restarts: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+/// One supervised camera, as seen from outside its task.
+#[derive(Debug)]
+pub struct CameraHandle {
+    /// The camera's configuration.
+    pub config: CameraConfig,
+    /// Its sampled frames.
+    pub window: Arc<Window>,
+    /// Counters, geometry and source caps.
+    pub shared: Arc<CameraShared>,
+    status: watch::Receiver<CameraStatus>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl CameraHandle {
+    /// The camera id.
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    /// The current status.
+    pub fn status(&self) -> CameraStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that sees every status change.
+    pub fn watch(&self) -> watch::Receiver<CameraStatus> {
+        self.status.clone()
+    }
+}
+
+/// All cameras of a configuration, each in its own task.
+#[derive(Debug)]
+pub struct Supervisor {
+    cameras: Vec<CameraHandle>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Supervisor {
+    /// Starts every enabled camera. Must be called inside a tokio runtime.
+    pub fn start(config: &Config) -> Supervisor {
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let cameras = config
+            .cameras
+            .iter()
+            .map(|cfg| spawn_camera(cfg.clone(), config.vision, shutdown_rx.clone()))
+            .collect();
+        Supervisor { cameras, shutdown }
+    }
+
+    /// Every camera, in configuration order.
+    pub fn cameras(&self) -> &[CameraHandle] {
+        &self.cameras
+    }
+
+    /// The camera called `id`.
+    pub fn camera(&self, id: &str) -> Option<&CameraHandle> {
+        self.cameras.iter().find(|c| c.id() == id)
+    }
+
+    /// Stops every camera and waits (at most `bound`) for their pipelines to reach Null.
+    pub async fn shutdown(mut self, bound: Duration) {
+        let _ = self.shutdown.send(true);
+        let tasks: Vec<_> = self.cameras.iter_mut().filter_map(|c| c.task.take()).collect();
+        let all = futures_util::future::join_all(tasks);
+        if tokio::time::timeout(bound, all).await.is_err() {
+            tracing::warn!(bound_secs = bound.as_secs_f64(), "Cameras did not stop in time");
+        }
+    }
+}
+
+fn spawn_camera(
+    cfg: CameraConfig,
+    vision: VisionConfig,
+    shutdown: watch::Receiver<bool>,
+) -> CameraHandle {
+    let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size));
+    // One spare slot: timestamps jitter around the window's edge.
+    let window = Arc::new(Window::new(cfg.window, cfg.window_frames() + 1));
+    if !cfg.enabled {
+        let (_tx, rx) = watch::channel(CameraStatus::new(
+            CameraState::Stopped,
+            Some("disabled in the configuration".into()),
+        ));
+        return CameraHandle {
+            config: cfg,
+            window,
+            shared,
+            status: rx,
+            task: None,
+        };
+    }
+    let (tx, rx) = watch::channel(CameraStatus::new(CameraState::Starting, None));
+    let tx = Arc::new(tx);
+    let camera = CameraTask {
+        cfg: cfg.clone(),
+        vision,
+        shared: shared.clone(),
+        window: window.clone(),
+        status: tx.clone(),
+        shutdown,
+    };
+    let id = cfg.id.clone();
+    let task = tokio::spawn(async move {
+        // A bug in one camera's task must not take the process or the other cameras down.
+        if let Err(e) = tokio::spawn(camera.run()).await
+            && e.is_panic()
+        {
+            tracing::error!(camera = %id, "Camera task crashed; camera stopped");
+            tx.send_modify(|s| {
+                s.state = CameraState::Stopped;
+                s.reason = Some("internal error: the camera task crashed (see log)".into());
+                s.since = Instant::now();
+            });
+        }
+    });
+    CameraHandle {
+        config: cfg,
+        window,
+        shared,
+        status: rx,
+        task: Some(task),
+    }
+}
+
+/// How one session ended.
+enum Outcome {
+    /// Shutdown was requested.
+    Shutdown,
+    /// Nothing to retry: a file ended, or the pipeline cannot work on this machine.
+    Finished(String),
+    /// Retry after a backoff.
+    Failed(String),
+}
+
+struct CameraTask {
+    cfg: CameraConfig,
+    vision: VisionConfig,
+    shared: Arc<CameraShared>,
+    window: Arc<Window>,
+    status: Arc<watch::Sender<CameraStatus>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// How often the frame-age watchdog looks.
+const WATCHDOG_TICK: Duration = Duration::from_millis(250);
+
+impl CameraTask {
+    fn set_state(&self, state: CameraState, reason: Option<String>) {
+        self.status.send_modify(|s| {
+            if s.state != state {
+                s.since = Instant::now();
+            }
+            s.state = state;
+            s.reason = reason;
+        });
+    }
+
+    async fn run(mut self) {
+        let id = self.cfg.id.clone();
+        let seed = id.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let mut backoff = Backoff::new(self.cfg.retry_initial, self.cfg.retry_max, seed);
+        let source = self.cfg.uri.redacted();
+        tracing::info!(camera = %id, source = %source, pipeline = %self.cfg.pipeline, "Camera starting");
+        loop {
+            if *self.shutdown.borrow() {
+                break;
+            }
+            let started = Instant::now();
+            match self.run_once().await {
+                Outcome::Shutdown => break,
+                Outcome::Finished(reason) => {
+                    tracing::warn!(camera = %id, reason = %reason, "Camera stopped");
+                    self.set_state(CameraState::Stopped, Some(reason));
+                    return;
+                }
+                Outcome::Failed(reason) => {
+                    // A camera that ran for a while before failing starts again from a short delay.
+                    if started.elapsed() >= self.cfg.retry_max.max(Duration::from_secs(10)) {
+                        backoff.reset();
+                    }
+                    let delay = backoff.next_delay();
+                    crate::ring::Counters::bump(&self.shared.counters.restarts);
+                    tracing::warn!(
+                        camera = %id,
+                        reason = %reason,
+                        retry_in_secs = format!("{:.1}", delay.as_secs_f64()),
+                        "Camera failed; retrying"
+                    );
+                    self.status.send_modify(|s| {
+                        s.restarts += 1;
+                        s.state = CameraState::Retrying;
+                        s.reason = Some(reason);
+                        s.since = Instant::now();
+                    });
+                    tokio::select! {
+                        biased;
+                        _ = self.shutdown.changed() => break,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        self.set_state(CameraState::Stopped, Some("shut down".into()));
+        tracing::info!(camera = %id, "Camera stopped");
+    }
+
+    async fn run_once(&mut self) -> Outcome {
+        self.status.send_modify(|s| {
+            s.state = CameraState::Starting;
+            s.since = Instant::now();
+        });
+        let started = Instant::now();
+        let (cfg, vision, shared) = (self.cfg.clone(), self.vision, self.shared.clone());
+        let start = tokio::task::spawn_blocking(move || Session::start(&cfg, &vision, shared));
+        let mut session = match start.await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) if e.is_fatal() => return Outcome::Finished(e.to_string()),
+            Ok(Err(e @ IngestError::Start { .. })) if !self.cfg.uri.is_live() => {
+                return Outcome::Finished(e.to_string());
+            }
+            Ok(Err(e)) => return Outcome::Failed(e.to_string()),
+            Err(e) => return Outcome::Failed(format!("pipeline start crashed: {e}")),
+        };
+        let live = self.cfg.uri.is_live();
+        let mut running = false;
+        let mut watchdog = tokio::time::interval(WATCHDOG_TICK);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => break Outcome::Shutdown,
+                event = session.next_event() => match event {
+                    SessionEvent::FramesReady => {
+                        while let Some(frame) = session.pop_frame() {
+                            self.window.push(Arc::new(frame));
+                        }
+                        if !running {
+                            running = true;
+                            self.set_state(CameraState::Running, None);
+                            tracing::info!(
+                                camera = %self.cfg.id,
+                                geometry = %self.shared.geometry.get().map(|g| g.to_string()).unwrap_or_default(),
+                                source_caps = %self.shared.source_caps.lock().map(|c| c.clone().unwrap_or_default()).unwrap_or_default(),
+                                "Camera running"
+                            );
+                        }
+                    }
+                    SessionEvent::Error(e) if live => break Outcome::Failed(e),
+                    SessionEvent::Error(e) => break Outcome::Finished(e),
+                    SessionEvent::Eos if live => {
+                        break Outcome::Failed("end of stream (the camera closed the connection)".into())
+                    }
+                    SessionEvent::Eos => break Outcome::Finished("end of file".into()),
+                },
+                _ = watchdog.tick() => {
+                    if let Some(reason) = self.watchdog(started) {
+                        break Outcome::Failed(reason);
+                    }
+                }
+            }
+        };
+        // Teardown of an RTSP session can block for the server's sake; keep it off the runtime.
+        let _ = tokio::task::spawn_blocking(move || session.stop()).await;
+        outcome
+    }
+
+    /// Frame-age watchdog: a frozen RTSP server produces no error for ~26 s (FACTS §1.6).
+    fn watchdog(&self, started: Instant) -> Option<String> {
+        match self.shared.last_input() {
+            None if started.elapsed() > self.cfg.connect_timeout => Some(format!(
+                "no frame within {:.1} s of starting (connect_timeout_secs)",
+                self.cfg.connect_timeout.as_secs_f64()
+            )),
+            Some(t) if t.elapsed() > self.cfg.stall => Some(format!(
+                "stalled: no frame for {:.1} s (stall_secs = {})",
+                t.elapsed().as_secs_f64(),
+                self.cfg.stall.as_secs_f64()
+            )),
+            _ => None,
+        }
+    }
+}
