@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "edgevlm", version, about = "Let a video language model watch live cameras on an edge device")]
+#[command(
+    name = "edgevlm",
+    version,
+    about = "Let a video language model watch live cameras on an edge device"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -161,7 +165,11 @@ fn load(path: &std::path::Path) -> Option<Config> {
             for e in &errors.0 {
                 eprintln!("{e}");
             }
-            eprintln!("{}: {} problem(s); not started", path.display(), errors.0.len());
+            eprintln!(
+                "{}: {} problem(s); not started",
+                path.display(),
+                errors.0.len()
+            );
             None
         }
     }

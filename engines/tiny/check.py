@@ -131,22 +131,23 @@ def check_tokenizer(r: Report, model: Path, manifest: dict, ref: ReferenceBpe) -
         ids = tok.encode(content).ids
         r.check(f"{content} is one token with the manifest id", ids == [manifest["special_tokens"][key]], f"{ids}")
     rng = np.random.default_rng(7)
-    samples = [
-        "Time 12.0s: a cat walks past the camera.",
-        "  leading spaces, tabs\tand\nnewlines\r\n  ",
-        "emoji 📷🎥🐈‍⬛ and CJK 摄像头看见一只猫 and accents: café naïve Ωmega",
-        "<|im_start|>user\nTime 0.0s:<image>,Time 1.0s:<image>\nWhat happened?<|im_end|>\n",
+    samples = {
+        "ASCII": "Time 12.0s: a cat walks past the camera.",
+        "whitespace": "  leading spaces, tabs\tand\nnewlines\r\n  ",
+        "emoji, CJK, accents": "emoji 📷🎥🐈‍⬛ and CJK 摄像头看见一只猫 and accents: café naïve Ωmega",
+        "chat prompt with special tokens": "<|im_start|>user\nTime 0.0s:<image>,Time 1.0s:<image>\nWhat happened?<|im_end|>\n",
         # Random code points across the planes (surrogates excluded: not valid in UTF-8).
-        "".join(chr(c) for c in rng.integers(1, 0x10FFFF, 64) if not 0xD800 <= c < 0xE000),
-    ]
-    for text in samples:
+        "64 random code points": "".join(chr(c) for c in rng.integers(1, 0x10FFFF, 64) if not 0xD800 <= c < 0xE000),
+    }
+    for label, text in samples.items():
         ids = tok.encode(text, add_special_tokens=False).ids
         back = tok.decode(ids, skip_special_tokens=False)
-        r.check(f"round trip {text[:24]!r}...", back == text, f"{len(text)} chars -> {len(ids)} ids")
-    prompt = samples[3]
+        r.check(f"round trip: {label}", back == text, f"{len(text)} chars -> {len(ids)} ids")
+    prompt = samples["chat prompt with special tokens"]
     r.check("reference encoder agrees with tokenizers on a chat prompt",
             ref.encode(prompt) == tok.encode(prompt, add_special_tokens=False).ids)
-    r.check("reference decoder agrees with tokenizers", ref.decode(ref.encode(samples[2])) == samples[2])
+    mixed = samples["emoji, CJK, accents"]
+    r.check("reference decoder agrees with tokenizers", ref.decode(ref.encode(mixed)) == tok.decode(tok.encode(mixed).ids))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,10 +178,11 @@ def check_vision(r: Report, model: Path, manifest: dict) -> ort.InferenceSession
             f"max abs diff {max(d1, d2):.2e}")
     r.check("different frames give different tokens", max_diff(pair[0], pair[1]) > 1e-2,
             f"max abs diff {max_diff(pair[0], pair[1]):.2e}")
-    # A frame moved by one merged token (28 px) should mostly move its tokens: the encoder sees
-    # positions, yet content still dominates. Only checks that position enters at all.
-    (same_rows,) = vis.run([outp], {inp: np.tile(a[:, :, :28, :], (1, 1, 4, 1))})
-    spread = float(np.abs(same_rows[0].reshape(4, 3, hidden)[0] - same_rows[0].reshape(4, 3, hidden)[1]).max())
+    # A frame made of one 28-pixel strip repeated 4 times: without a position signal every merged
+    # row would be identical (attention is permutation-invariant).
+    (strips,) = vis.run([outp], {inp: np.tile(a[:, :, :28, :], (1, 1, 4, 1))})
+    grid = strips[0].reshape(4, 3, hidden)
+    spread = max_diff(grid[0], grid[1])
     r.check("identical rows at different heights encode differently (position signal)", spread > 1e-3,
             f"max abs diff {spread:.2e}")
     return vis

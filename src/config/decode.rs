@@ -70,7 +70,11 @@ pub(crate) struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     /// `path` names this table in messages (`cameras[2]`), `pattern` in the key list (`cameras[]`).
-    pub fn new(path: impl Into<String>, pattern: impl Into<String>, table: &'a toml::Table) -> Self {
+    pub fn new(
+        path: impl Into<String>,
+        pattern: impl Into<String>,
+        table: &'a toml::Table,
+    ) -> Self {
         Fields {
             path: path.into(),
             pattern: pattern.into(),
@@ -120,7 +124,12 @@ impl<'a> Fields<'a> {
     }
 
     /// Decodes `key`, or returns `default` when it is absent or invalid (invalid is reported).
-    pub fn get<T: DeserializeOwned>(&mut self, key: &'static str, default: T, sink: &mut Sink) -> T {
+    pub fn get<T: DeserializeOwned>(
+        &mut self,
+        key: &'static str,
+        default: T,
+        sink: &mut Sink,
+    ) -> T {
         self.opt(key, sink).unwrap_or(default)
     }
 

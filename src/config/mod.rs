@@ -6,9 +6,7 @@ mod decode;
 mod source;
 
 pub use decode::{ConfigError, ConfigErrors};
-pub use source::{
-    CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri,
-};
+pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
 
 use decode::{Fields, Sink};
 use std::path::{Path, PathBuf};
@@ -134,7 +132,9 @@ impl CameraConfig {
 
     /// Number of sampled frames the window holds at most.
     pub fn window_frames(&self) -> usize {
-        (self.window.as_secs_f64() * self.sample_fps).ceil().max(1.0) as usize
+        (self.window.as_secs_f64() * self.sample_fps)
+            .ceil()
+            .max(1.0) as usize
     }
 }
 
@@ -435,7 +435,11 @@ fn decode_camera(
 
     let stall_secs: f64 = f.get("stall_secs", d.stall.as_secs_f64(), sink);
     check_range(&f, "stall_secs", stall_secs, 0.5, 3600.0, sink);
-    let connect_secs: f64 = f.get("connect_timeout_secs", d.connect_timeout.as_secs_f64(), sink);
+    let connect_secs: f64 = f.get(
+        "connect_timeout_secs",
+        d.connect_timeout.as_secs_f64(),
+        sink,
+    );
     check_range(&f, "connect_timeout_secs", connect_secs, 0.5, 600.0, sink);
     let retry_initial: f64 = f.get("retry_initial_secs", d.retry_initial.as_secs_f64(), sink);
     check_range(&f, "retry_initial_secs", retry_initial, 0.01, 3600.0, sink);
@@ -516,7 +520,10 @@ fn decode_camera(
     let credentials = match (username, password) {
         (Some(username), password) => Some(CredentialSource { username, password }),
         (None, Some(_)) => {
-            sink.error(f.path_of("username"), "is required when a password is given");
+            sink.error(
+                f.path_of("username"),
+                "is required when a password is given",
+            );
             None
         }
         (None, None) => None,
@@ -661,7 +668,8 @@ width = 100
 
     #[test]
     fn passwords_in_the_file_are_refused() {
-        let errs = errors("[[cameras]]\nid=\"a\"\nuri=\"rtsp://h/x\"\nusername=\"u\"\npassword=\"p\"\n");
+        let errs =
+            errors("[[cameras]]\nid=\"a\"\nuri=\"rtsp://h/x\"\nusername=\"u\"\npassword=\"p\"\n");
         assert!(
             errs.iter()
                 .any(|e| e.starts_with("cameras[0].password: passwords are never written")),

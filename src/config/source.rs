@@ -290,9 +290,21 @@ mod tests {
             SourceUri::parse("test://ball").unwrap(),
             SourceUri::Test("ball".into())
         );
-        assert!(SourceUri::parse("http://x/y").unwrap_err().contains("scheme `http`"));
-        assert!(SourceUri::parse("rtsp://cam:99999/x").unwrap_err().contains("port"));
-        assert!(SourceUri::parse("test://nope").unwrap_err().contains("ball"));
+        assert!(
+            SourceUri::parse("http://x/y")
+                .unwrap_err()
+                .contains("scheme `http`")
+        );
+        assert!(
+            SourceUri::parse("rtsp://cam:99999/x")
+                .unwrap_err()
+                .contains("port")
+        );
+        assert!(
+            SourceUri::parse("test://nope")
+                .unwrap_err()
+                .contains("ball")
+        );
     }
 
     #[test]

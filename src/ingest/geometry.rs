@@ -43,7 +43,8 @@ pub fn reference_geometry(src_w: u32, src_h: u32, frames: u32, vision: &VisionCo
     let (w, h) = (f64::from(src_w.max(1)), f64::from(src_h.max(1)));
     let frames = u64::from(frames.max(1));
     // Integer division, as Python's `//` on ints.
-    let budget = (u64::from(vision.max_visual_tokens) * u64::from(TOKEN_PX * TOKEN_PX) / frames) as f64;
+    let budget =
+        (u64::from(vision.max_visual_tokens) * u64::from(TOKEN_PX * TOKEN_PX) / frames) as f64;
     let min_pixels = f64::from(vision.min_frame_tokens) * f * f;
 
     let mut hb = round_half_even(h / f) * f;
@@ -103,7 +104,10 @@ mod tests {
             let g = reference_geometry(w, h, n, &vision(10240));
             assert_eq!((g.width, g.height), small, "{w}x{h} x{n} @10240");
         }
-        assert_eq!(reference_geometry(1280, 720, 180, &vision(16384)).tokens(), 84);
+        assert_eq!(
+            reference_geometry(1280, 720, 180, &vision(16384)).tokens(),
+            84
+        );
     }
 
     #[test]

@@ -44,7 +44,11 @@ pub async fn probe(
             break Ok(());
         }
         // Before the first frame the connect timeout applies; afterwards the stall bound.
-        let limit = if seen == 0 { cfg.connect_timeout } else { cfg.stall.max(Duration::from_secs_f64(2.0 / cfg.sample_fps)) };
+        let limit = if seen == 0 {
+            cfg.connect_timeout
+        } else {
+            cfg.stall.max(Duration::from_secs_f64(2.0 / cfg.sample_fps))
+        };
         match tokio::time::timeout(limit, session.next_event()).await {
             Err(_) if seen == 0 => {
                 break Err(fail(format!(
@@ -52,7 +56,12 @@ pub async fn probe(
                     limit.as_secs_f64()
                 )));
             }
-            Err(_) => break Err(fail(format!("no frame for {:.1} s after frame {seen}", limit.as_secs_f64()))),
+            Err(_) => {
+                break Err(fail(format!(
+                    "no frame for {:.1} s after frame {seen}",
+                    limit.as_secs_f64()
+                )));
+            }
             Ok(SessionEvent::FramesReady) => {
                 while let Some(frame) = session.pop_frame() {
                     if seen < frames {
@@ -62,7 +71,9 @@ pub async fn probe(
                 }
             }
             Ok(SessionEvent::Error(e)) => break Err(fail(e)),
-            Ok(SessionEvent::Eos) if seen == 0 => break Err(fail("ended before the first frame".into())),
+            Ok(SessionEvent::Eos) if seen == 0 => {
+                break Err(fail("ended before the first frame".into()));
+            }
             Ok(SessionEvent::Eos) => break Ok(()),
         }
     };
@@ -70,7 +81,11 @@ pub async fn probe(
     let _ = tokio::task::spawn_blocking(move || session.stop()).await;
     result.map(|()| ProbeSummary {
         frames: seen,
-        source_caps: shared.source_caps.lock().map(|c| c.clone()).unwrap_or_default(),
+        source_caps: shared
+            .source_caps
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default(),
         geometry: shared.geometry.get().copied(),
         elapsed,
     })

@@ -70,7 +70,9 @@ impl IngestError {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,
-            IngestError::Init(_) | IngestError::MissingElement { .. } | IngestError::Template { .. }
+            IngestError::Init(_)
+                | IngestError::MissingElement { .. }
+                | IngestError::Template { .. }
         )
     }
 }
@@ -168,7 +170,9 @@ pub struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("camera", &self.camera).finish()
+        f.debug_struct("Session")
+            .field("camera", &self.camera)
+            .finish()
     }
 }
 
@@ -238,21 +242,18 @@ impl Session {
         let fps = gst::Fraction::approximate_f64(cfg.sample_fps)
             .ok_or_else(|| tpl_err(format!("sample_fps {} has no fraction", cfg.sample_fps)))?;
         let frames_per_request = (cfg.window_frames() as u32).min(vision.max_frames);
-        match shared.geometry.get() {
-            Some(g) => capsfilter.set_property("caps", output_caps(Some(*g), fps)),
-            None => {
-                capsfilter.set_property("caps", output_caps(None, fps));
-                install_geometry_probe(
-                    &scale,
-                    capsfilter.clone(),
-                    shared.clone(),
-                    frames_per_request,
-                    *vision,
-                    fps,
-                )
-                .map_err(&tpl_err)?;
-            }
-        }
+        // The caps filter starts without a size unless the geometry is already fixed; the probe
+        // fixes it from the first source caps (and records those caps for status either way).
+        capsfilter.set_property("caps", output_caps(shared.geometry.get().copied(), fps));
+        install_geometry_probe(
+            &scale,
+            capsfilter.clone(),
+            shared.clone(),
+            frames_per_request,
+            *vision,
+            fps,
+        )
+        .map_err(&tpl_err)?;
         install_input_probe(&rate, shared.clone()).map_err(&tpl_err)?;
 
         let (producer, frames) = handoff::channel();
@@ -289,7 +290,10 @@ impl Session {
         if let Err(e) = session.pipeline.set_state(gst::State::Playing) {
             // The bus usually holds the precise reason (file not found, connection refused, …).
             let reason = session.pending_error().unwrap_or_else(|| e.to_string());
-            return Err(IngestError::Start { camera, message: reason });
+            return Err(IngestError::Start {
+                camera,
+                message: reason,
+            });
         }
         Ok(session)
     }
@@ -353,10 +357,9 @@ impl Session {
                     .filter(|d| !d.is_empty())
                     .map(|d| format!(" ({d})"))
                     .unwrap_or_default();
-                Some(SessionEvent::Error(self.scrub(&format!(
-                    "{src}: {}{debug}",
-                    e.error()
-                ))))
+                Some(SessionEvent::Error(
+                    self.scrub(&format!("{src}: {}{debug}", e.error())),
+                ))
             }
             MessageView::Eos(_) => Some(SessionEvent::Eos),
             MessageView::Warning(w) => {
@@ -373,7 +376,9 @@ impl Session {
                     .structure()
                     .is_some_and(|s| s.name() == "GstRTSPSrcTimeout") =>
             {
-                Some(SessionEvent::Error("RTSP server stopped sending (RTCP timeout)".into()))
+                Some(SessionEvent::Error(
+                    "RTSP server stopped sending (RTCP timeout)".into(),
+                ))
             }
             _ => None,
         }
@@ -400,7 +405,7 @@ fn debug_detail(debug: &str) -> String {
     debug
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !(l.contains(".c(") && l.contains("():")))
+        .filter(|l| !(l.is_empty() || (l.contains(".c(") && l.contains("():"))))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -429,8 +434,11 @@ enum SourceError {
 
 /// Sets the source element's properties from the camera's URI and credentials.
 fn configure_source(src: &gst::Element, cfg: &CameraConfig) -> Result<Option<Secret>, SourceError> {
-    let prop = |name: &str, value: glib::Value| set_checked(src, name, value).map_err(SourceError::Property);
-    let prop_str = |name: &str, value: &str| set_from_str(src, name, value).map_err(SourceError::Property);
+    let prop = |name: &str, value: glib::Value| {
+        set_checked(src, name, value).map_err(SourceError::Property)
+    };
+    let prop_str =
+        |name: &str, value: &str| set_from_str(src, name, value).map_err(SourceError::Property);
     match &cfg.uri {
         SourceUri::Rtsp(url) => {
             prop("location", url.to_value())?;
@@ -470,8 +478,13 @@ fn set_checked(el: &gst::Element, name: &str, value: glib::Value) -> Result<(), 
         .find_property(name)
         .ok_or_else(|| format!("element `{}` has no property `{name}`", el.name()))?;
     let flags = pspec.flags();
-    if !flags.contains(glib::ParamFlags::WRITABLE) || flags.contains(glib::ParamFlags::CONSTRUCT_ONLY) {
-        return Err(format!("property `{name}` of `{}` is not writable", el.name()));
+    if !flags.contains(glib::ParamFlags::WRITABLE)
+        || flags.contains(glib::ParamFlags::CONSTRUCT_ONLY)
+    {
+        return Err(format!(
+            "property `{name}` of `{}` is not writable",
+            el.name()
+        ));
     }
     if !value.type_().is_a(pspec.value_type()) || !pspec.value_is_valid(&value) {
         return Err(format!(
@@ -489,7 +502,12 @@ fn set_from_str(el: &gst::Element, name: &str, value: &str) -> Result<(), String
         .find_property(name)
         .ok_or_else(|| format!("element `{}` has no property `{name}`", el.name()))?;
     let v = <glib::Value as gst::prelude::GstValueExt>::deserialize(value, pspec.value_type())
-        .map_err(|_| format!("`{value}` is not a valid value for `{name}` of `{}`", el.name()))?;
+        .map_err(|_| {
+            format!(
+                "`{value}` is not a valid value for `{name}` of `{}`",
+                el.name()
+            )
+        })?;
     set_checked(el, name, v)
 }
 
@@ -528,10 +546,13 @@ fn install_geometry_probe(
             // The reference resizes the displayed picture; fold a non-square PAR into the width.
             let display_w = (i64::from(w) * i64::from(par.numer()) / i64::from(par.denom().max(1)))
                 .clamp(1, i64::from(u32::MAX)) as u32;
+            let fixed = shared.geometry.get().is_some();
             let g = *shared.geometry.get_or_init(|| {
                 reference_geometry(display_w, h.max(1) as u32, frames_per_request, &vision)
             });
-            capsfilter.set_property("caps", output_caps(Some(g), fps));
+            if !fixed {
+                capsfilter.set_property("caps", output_caps(Some(g), fps));
+            }
             *shared.source_caps.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(format!("{w}x{h} {}", s.get::<&str>("format").unwrap_or("")));
         }
@@ -592,7 +613,11 @@ fn new_sample_handler(
     // timestamps never go back; a restarted file starts after the last frame it delivered.
     let base = match (resume.first_frame_at, resume.last_pts) {
         (Some(first), Some(last)) => {
-            let wall = if live { first.elapsed() } else { Duration::ZERO };
+            let wall = if live {
+                first.elapsed()
+            } else {
+                Duration::ZERO
+            };
             wall.max(last + sampler.period())
         }
         _ => Duration::ZERO,
@@ -621,7 +646,8 @@ fn new_sample_handler(
             return Ok(gst::FlowSuccess::Ok);
         };
         if info_cache.as_ref().is_none_or(|(c, _)| c.as_ref() != caps) {
-            let info = gst_video::VideoInfo::from_caps(caps).map_err(|_| gst::FlowError::NotNegotiated)?;
+            let info =
+                gst_video::VideoInfo::from_caps(caps).map_err(|_| gst::FlowError::NotNegotiated)?;
             info_cache = Some((caps.to_owned(), info));
         }
         let Some((_, info)) = &info_cache else {

@@ -169,7 +169,11 @@ impl Template {
                 .find(|e| e.name.as_deref() == Some(name))
                 .map(|e| e.factory.as_str())
         };
-        for (name, factory) in [("rate", "videorate"), ("caps", "capsfilter"), ("sink", "appsink")] {
+        for (name, factory) in [
+            ("rate", "videorate"),
+            ("caps", "capsfilter"),
+            ("sink", "appsink"),
+        ] {
             if factory_of(name) != Some(factory) {
                 return Err(format!(
                     "template `{}`: element `{name}` must be a {factory}",
@@ -218,7 +222,11 @@ mod tests {
     fn every_template_is_valid_text() {
         for t in Template::all() {
             t.check_text().unwrap_or_else(|e| panic!("{e}"));
-            assert!(t.text.contains("# delivers: video/x-raw,format=RGB"), "{}", t.name);
+            assert!(
+                t.text.contains("# delivers: video/x-raw,format=RGB"),
+                "{}",
+                t.name
+            );
         }
     }
 

@@ -71,7 +71,8 @@ impl Sampler {
 
     /// Stream time of the last sampled frame, if any.
     pub fn last_sampled(&self) -> Option<Duration> {
-        self.anchor_ns.map(|_| Duration::from_nanos(self.last_pts_ns))
+        self.anchor_ns
+            .map(|_| Duration::from_nanos(self.last_pts_ns))
     }
 }
 
@@ -142,6 +143,9 @@ mod tests {
     #[test]
     fn gaps_skip_empty_slots() {
         let mut s = Sampler::new(1.0);
-        assert_eq!(sampled(&mut s, [0, 1000, 9000, 9500, 10000]), vec![0, 1000, 9000, 10000]);
+        assert_eq!(
+            sampled(&mut s, [0, 1000, 9000, 9500, 10000]),
+            vec![0, 1000, 9000, 10000]
+        );
     }
 }

@@ -155,8 +155,14 @@ mod tests {
         }
         let s = w.snapshot(Duration::from_millis(2500), Duration::from_secs(5));
         assert_eq!(s.iter().map(|f| f.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
-        assert_eq!(w.last(2).iter().map(|f| f.seq).collect::<Vec<_>>(), vec![8, 9]);
-        assert!(w.snapshot(Duration::from_secs(20), Duration::from_secs(30)).is_empty());
+        assert_eq!(
+            w.last(2).iter().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![8, 9]
+        );
+        assert!(
+            w.snapshot(Duration::from_secs(20), Duration::from_secs(30))
+                .is_empty()
+        );
     }
 
     #[test]

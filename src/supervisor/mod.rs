@@ -131,10 +131,17 @@ impl Supervisor {
     /// Stops every camera and waits (at most `bound`) for their pipelines to reach Null.
     pub async fn shutdown(mut self, bound: Duration) {
         let _ = self.shutdown.send(true);
-        let tasks: Vec<_> = self.cameras.iter_mut().filter_map(|c| c.task.take()).collect();
+        let tasks: Vec<_> = self
+            .cameras
+            .iter_mut()
+            .filter_map(|c| c.task.take())
+            .collect();
         let all = futures_util::future::join_all(tasks);
         if tokio::time::timeout(bound, all).await.is_err() {
-            tracing::warn!(bound_secs = bound.as_secs_f64(), "Cameras did not stop in time");
+            tracing::warn!(
+                bound_secs = bound.as_secs_f64(),
+                "Cameras did not stop in time"
+            );
         }
     }
 }
@@ -228,7 +235,9 @@ impl CameraTask {
 
     async fn run(mut self) {
         let id = self.cfg.id.clone();
-        let seed = id.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let seed = id
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
         let mut backoff = Backoff::new(self.cfg.retry_initial, self.cfg.retry_max, seed);
         let source = self.cfg.uri.redacted();
         tracing::info!(camera = %id, source = %source, pipeline = %self.cfg.pipeline, "Camera starting");

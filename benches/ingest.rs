@@ -1,0 +1,154 @@
+//! Ingest cost: CPU time to take one 1080p30 H.264 stream to the model geometry at 1 fps.
+//!
+//! `cargo bench --bench ingest` (needs gst-launch-1.0; ffmpeg is optional: `apt-get install ffmpeg`).
+//! Compares `edgevlm probe` with the same decode/scale done by `gst-launch-1.0` (rate before and
+//! after scaling) and by `ffmpeg -vf fps=1,scale=…` (what the reference loaders run). Each command
+//! decodes the same file as fast as it can; the figure is CPU seconds (user + system, all threads)
+//! per second of video, the median of several runs. A documented harness rather than criterion:
+//! what is measured is whole processes, not a function.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const SECONDS: u32 = 20;
+const RUNS: usize = 3;
+const GEOMETRY: (u32, u32) = (336, 196); // 1080p with a 180-frame window (REFERENCE §1b)
+
+fn main() {
+    // `cargo bench` passes harness flags such as `--bench`; a filter argument selects nothing here.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    std::fs::create_dir_all(&data).expect("bench data dir");
+    let video = data.join(format!("1080p30-{SECONDS}s.mp4"));
+    if !video.exists() {
+        make_video(&video);
+    }
+    let v = video.to_str().expect("utf-8 path");
+    let (w, h) = GEOMETRY;
+
+    let mut rows: Vec<(&str, String, Option<f64>)> = Vec::new();
+    let edgevlm = env!("CARGO_BIN_EXE_edgevlm");
+    rows.push((
+        "edgevlm probe (rate -> convert+scale -> appsink, copy by stride)",
+        format!("{edgevlm} probe {v} --sample-fps 1 --frames 100000 --width {w} --height {h}"),
+        None,
+    ));
+    rows.push((
+        "gst-launch, same pipeline (rate before scale)",
+        format!(
+            "gst-launch-1.0 -q filesrc location={v} ! decodebin ! videorate drop-only=true \
+             ! videoconvertscale add-borders=false ! video/x-raw,format=RGB,width={w},height={h},framerate=1/1 ! fakesink"
+        ),
+        None,
+    ));
+    rows.push((
+        "gst-launch, scale before rate (naive order)",
+        format!(
+            "gst-launch-1.0 -q filesrc location={v} ! decodebin ! videoconvertscale add-borders=false \
+             ! video/x-raw,format=RGB,width={w},height={h} ! videorate drop-only=true ! video/x-raw,framerate=1/1 ! fakesink"
+        ),
+        None,
+    ));
+    rows.push((
+        "gst-launch, decode only (the floor)",
+        format!("gst-launch-1.0 -q filesrc location={v} ! decodebin ! fakesink"),
+        None,
+    ));
+    if which("ffmpeg") {
+        rows.push((
+            "ffmpeg -vf fps=1:round=down,scale (reference loader)",
+            format!(
+                "ffmpeg -v error -nostdin -i {v} -vf fps=1:round=down,scale={w}:{h} -f rawvideo -pix_fmt rgb24 -y /dev/null"
+            ),
+            None,
+        ));
+    } else {
+        eprintln!("ffmpeg not installed: its row is skipped (apt-get install ffmpeg)");
+    }
+
+    for row in &mut rows {
+        let mut samples: Vec<f64> = (0..RUNS).map(|_| cpu_seconds(&row.1)).collect();
+        samples.sort_by(f64::total_cmp);
+        row.2 = Some(samples[RUNS / 2]);
+    }
+    let base = rows[0].2.unwrap_or(f64::NAN);
+    println!(
+        "\nIngest: {SECONDS} s of 1080p30 H.264 -> {w}x{h} RGB at 1 fps, CPU time (median of {RUNS})"
+    );
+    println!(
+        "{:<66} {:>10} {:>12} {:>9}",
+        "pipeline", "CPU s", "CPU s/video s", "vs edgevlm"
+    );
+    for (name, _, cpu) in &rows {
+        let cpu = cpu.unwrap_or(f64::NAN);
+        println!(
+            "{name:<66} {cpu:>10.3} {:>12.4} {:>9.2}x",
+            cpu / f64::from(SECONDS),
+            cpu / base
+        );
+    }
+}
+
+/// CPU seconds (user + system) a command used, children included.
+fn cpu_seconds(cmd: &str) -> f64 {
+    let before = children_cpu();
+    let started = Instant::now();
+    let status = Command::new("sh")
+        .args(["-c", cmd])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("run command");
+    assert!(status.success(), "failed: {cmd}");
+    let cpu = children_cpu() - before;
+    eprintln!(
+        "  {:.2} s wall, {cpu:.3} s CPU: {}",
+        started.elapsed().as_secs_f64(),
+        short(cmd)
+    );
+    cpu
+}
+
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn make_video(path: &Path) {
+    eprintln!("Generating {} …", path.display());
+    let status = Command::new("gst-launch-1.0")
+        .args([
+            "-q",
+            "videotestsrc",
+            &format!("num-buffers={}", SECONDS * 30),
+            "pattern=ball",
+        ])
+        .args(["!", "video/x-raw,width=1920,height=1080,framerate=30/1"])
+        .args([
+            "!",
+            "x264enc",
+            "speed-preset=veryfast",
+            "key-int-max=60",
+            "bitrate=4000",
+        ])
+        .args(["!", "h264parse", "!", "mp4mux", "!", "filesink"])
+        .arg(format!("location={}", path.display()))
+        .status()
+        .expect("gst-launch-1.0 (apt-get install gstreamer1.0-tools)");
+    assert!(status.success(), "could not generate the bench video");
+}
+
+fn which(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn short(cmd: &str) -> String {
+    cmd.split_whitespace().take(6).collect::<Vec<_>>().join(" ")
+}

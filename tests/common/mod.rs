@@ -1,0 +1,120 @@
+//! Fixtures shared by the integration tests: real RTSP cameras, in-process or as child processes.
+#![allow(dead_code, unused_imports)] // each test binary uses a different subset
+
+pub mod rtsp;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use rtsp::{CameraSpec, RtspServer};
+
+/// Polls `cond` every 50 ms until it holds or `timeout` passes; returns whether it held.
+pub async fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `edgevlm` binary under test.
+pub fn edgevlm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_edgevlm"))
+}
+
+/// A port nothing listens on (bound then released).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// The test camera in a child process, so a test can kill it (camera gone) or stop it with
+/// SIGSTOP (camera frozen with its TCP connection open), like real cameras fail.
+pub struct ChildCamera {
+    /// The bound port.
+    pub port: u16,
+    child: Child,
+}
+
+impl ChildCamera {
+    /// Starts the `rtsp_test_server` example; `port` 0 picks a free one.
+    pub fn spawn(port: u16) -> ChildCamera {
+        let exe = example_path("rtsp_test_server");
+        let mut child = Command::new(&exe)
+            .args(["--port", &port.to_string(), "--fps", "15"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read READY");
+        let port = line
+            .trim()
+            .strip_prefix("READY ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected server output {line:?}"));
+        ChildCamera { port, child }
+    }
+
+    /// The camera's URL.
+    pub fn url(&self) -> String {
+        format!("rtsp://127.0.0.1:{}/cam", self.port)
+    }
+
+    /// SIGKILL: the TCP connection closes, as when a camera loses power.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGSTOP: the connection stays open but nothing is sent, as with a hung camera.
+    pub fn freeze(&self) {
+        signal(&self.child, libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub fn thaw(&self) {
+        signal(&self.child, libc::SIGCONT);
+    }
+}
+
+impl Drop for ChildCamera {
+    fn drop(&mut self) {
+        signal(&self.child, libc::SIGCONT);
+        self.kill();
+    }
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// Path of an example binary built by `cargo test` next to the test binaries.
+pub fn example_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> -> target/<profile>/examples/<name>
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --examples` (cargo test does this)",
+        path.display()
+    );
+    path
+}

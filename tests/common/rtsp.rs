@@ -1,0 +1,119 @@
+//! An in-process RTSP camera: gst-rtsp-server serving `videotestsrc ! x264enc` (DESIGN §5).
+//!
+//! Shared by the integration tests and by `examples/rtsp_test_server.rs`, which runs the same server
+//! in a child process so tests can kill or freeze it like a real camera.
+
+use gst::glib;
+use gst_rtsp_server::prelude::*;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+/// What the test camera serves.
+#[derive(Debug, Clone)]
+pub struct CameraSpec {
+    /// videotestsrc pattern.
+    pub pattern: String,
+    /// Source width.
+    pub width: u32,
+    /// Source height.
+    pub height: u32,
+    /// Source frame rate.
+    pub fps: u32,
+    /// Port to bind (0: any free port).
+    pub port: u16,
+    /// Basic-auth user and password, if the camera requires them.
+    pub auth: Option<(String, String)>,
+}
+
+impl Default for CameraSpec {
+    fn default() -> Self {
+        CameraSpec {
+            pattern: "ball".into(),
+            width: 320,
+            height: 240,
+            fps: 15,
+            port: 0,
+            auth: None,
+        }
+    }
+}
+
+/// A running RTSP server; the stream is at `rtsp://127.0.0.1:PORT/cam`.
+pub struct RtspServer {
+    /// The bound port.
+    pub port: u16,
+    main_loop: glib::MainLoop,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RtspServer {
+    /// Starts a server on its own thread and GLib main context.
+    pub fn start(spec: CameraSpec) -> RtspServer {
+        gst::init().expect("gst init");
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("rtsp-test-server".into())
+            .spawn(move || {
+                let ctx = glib::MainContext::new();
+                let main_loop = glib::MainLoop::new(Some(&ctx), false);
+                ctx.with_thread_default(|| {
+                    let server = gst_rtsp_server::RTSPServer::new();
+                    server.set_address("127.0.0.1");
+                    server.set_service(&spec.port.to_string());
+                    let factory = gst_rtsp_server::RTSPMediaFactory::new();
+                    factory.set_launch(&format!(
+                        "( videotestsrc is-live=true pattern={} ! video/x-raw,width={},height={},framerate={}/1 \
+                         ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={} \
+                         ! rtph264pay name=pay0 pt=96 config-interval=1 )",
+                        spec.pattern, spec.width, spec.height, spec.fps, spec.fps
+                    ));
+                    factory.set_shared(true);
+                    if let Some((user, pass)) = &spec.auth {
+                        let auth = gst_rtsp_server::RTSPAuth::new();
+                        let token = gst_rtsp_server::RTSPToken::builder()
+                            .field(gst_rtsp_server::RTSP_TOKEN_MEDIA_FACTORY_ROLE, "viewer")
+                            .build();
+                        let basic = gst_rtsp_server::RTSPAuth::make_basic(user, pass);
+                        auth.add_basic(basic.as_str(), &token);
+                        server.set_auth(Some(&auth));
+                        factory.add_role_from_structure(
+                            &gst::Structure::builder("viewer")
+                                .field(gst_rtsp_server::RTSP_PERM_MEDIA_FACTORY_ACCESS, true)
+                                .field(gst_rtsp_server::RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, true)
+                                .build(),
+                        );
+                    }
+                    server
+                        .mount_points()
+                        .expect("mount points")
+                        .add_factory("/cam", factory);
+                    let _source = server.attach(Some(&ctx)).expect("attach RTSP server");
+                    tx.send((server.bound_port() as u16, main_loop.clone()))
+                        .expect("report port");
+                    main_loop.run();
+                })
+                .expect("thread-default context");
+            })
+            .expect("spawn server thread");
+        let (port, main_loop) = rx.recv().expect("server started");
+        RtspServer {
+            port,
+            main_loop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The camera's URL.
+    pub fn url(&self) -> String {
+        format!("rtsp://127.0.0.1:{}/cam", self.port)
+    }
+}
+
+impl Drop for RtspServer {
+    fn drop(&mut self) {
+        self.main_loop.quit();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! Ingest against real RTSP cameras (gst-rtsp-server + x264enc): rate, geometry, failures, auth.
+
+mod common;
+
+use common::{CameraSpec, ChildCamera, RtspServer, closed_port, edgevlm, wait_until};
+use edgevlm::config::Config;
+use edgevlm::supervisor::{CameraState, Supervisor};
+use std::time::Duration;
+
+fn config(toml: &str) -> Config {
+    Config::parse(toml, None).unwrap_or_else(|e| panic!("test config invalid:\n{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_arrive_at_the_sample_fps_with_the_model_geometry() {
+    let server = RtspServer::start(CameraSpec {
+        width: 640,
+        height: 480,
+        ..CameraSpec::default()
+    });
+    // 36 s at 5 fps = 180 frames per request: the reference rule gives 308x224 for 640x480.
+    let cfg = config(&format!(
+        "[[cameras]]\nid = \"cam\"\nuri = \"{}\"\nsample_fps = 5\nwindow_secs = 36\n",
+        server.url()
+    ));
+    let sup = Supervisor::start(&cfg);
+    let cam = sup.camera("cam").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || cam.window.info().frames >= 12).await,
+        "only {} frames; status {:?}",
+        cam.window.info().frames,
+        cam.status()
+    );
+    let frames = cam.window.last(12);
+    for pair in frames.windows(2) {
+        let dt = (pair[1].pts - pair[0].pts).as_secs_f64();
+        assert!(
+            (dt - 0.2).abs() < 0.02,
+            "frames {} and {} are {dt} s apart",
+            pair[0].seq,
+            pair[1].seq
+        );
+        assert_eq!(pair[1].seq, pair[0].seq + 1);
+    }
+    for f in &frames {
+        assert_eq!((f.width, f.height), (308, 224));
+        assert_eq!(f.rgb.len(), 308 * 224 * 3);
+    }
+    // The ball pattern is not a flat image: the copy by stride carried real pixels.
+    let first = &frames[0].rgb;
+    assert!(first.iter().any(|&b| b != first[0]), "frame is uniform");
+    assert_eq!(cam.status().state, CameraState::Running);
+    let c = cam.shared.counters.snapshot();
+    assert!(
+        c.frames_in > c.sampled,
+        "the 15 fps source must be decimated: {c:?}"
+    );
+    assert_eq!(c.restarts, 0);
+    sup.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_prints_sampled_frames_as_json_and_exits_after_n() {
+    let server = RtspServer::start(CameraSpec::default());
+    let url = server.url();
+    let out = tokio::task::spawn_blocking(move || {
+        edgevlm()
+            .args([
+                "probe",
+                &url,
+                "--sample-fps",
+                "2",
+                "--frames",
+                "4",
+                "--json",
+            ])
+            .output()
+            .expect("run edgevlm")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["seq"], i as u64);
+        // Frames keep their capture timestamps: videorate picks the source frame nearest each
+        // 0.5 s slot, at most one 15 fps frame period away.
+        let pts = l["pts_secs"].as_f64().unwrap();
+        assert!(
+            (pts - 0.5 * i as f64).abs() <= 1.0 / 15.0 + 0.005,
+            "frame {i} at {pts}"
+        );
+        assert_eq!(l["width"].as_u64().unwrap() % 28, 0);
+        assert_eq!(l["height"].as_u64().unwrap() % 28, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_camera_that_disappears_and_returns_runs_again_with_the_retry_counted() {
+    let mut camera = ChildCamera::spawn(0);
+    let port = camera.port;
+    let cfg = config(&format!(
+        "[[cameras]]\nid = \"door\"\nuri = \"{}\"\nsample_fps = 2\nretry_initial_secs = 0.2\nretry_max_secs = 1\nstall_secs = 3\nconnect_timeout_secs = 5\n",
+        camera.url()
+    ));
+    let sup = Supervisor::start(&cfg);
+    let cam = sup.camera("door").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || cam.status().state
+            == CameraState::Running)
+        .await,
+        "never ran: {:?}",
+        cam.status()
+    );
+    let before = cam.window.latest().unwrap();
+
+    camera.kill();
+    assert!(
+        wait_until(Duration::from_secs(10), || cam.status().restarts >= 1).await,
+        "the disappearance was not noticed: {:?}",
+        cam.status()
+    );
+    let reason = cam.status().reason.unwrap_or_default();
+    assert!(!reason.is_empty());
+
+    let _camera = ChildCamera::spawn(port);
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            cam.status().state == CameraState::Running
+                && cam.window.latest().is_some_and(|f| f.seq > before.seq)
+        })
+        .await,
+        "did not come back: {:?}",
+        cam.status()
+    );
+    let after = cam.window.latest().unwrap();
+    assert!(
+        after.pts > before.pts,
+        "stream time went back across the restart"
+    );
+    assert!(cam.shared.counters.snapshot().restarts >= 1);
+    sup.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_camera_is_detected_by_the_frame_age_watchdog() {
+    let camera = ChildCamera::spawn(0);
+    let cfg = config(&format!(
+        "[[cameras]]\nid = \"hung\"\nuri = \"{}\"\nsample_fps = 2\nstall_secs = 2\nretry_initial_secs = 0.5\nretry_max_secs = 1\n",
+        camera.url()
+    ));
+    let sup = Supervisor::start(&cfg);
+    let cam = sup.camera("hung").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || cam.status().state
+            == CameraState::Running)
+        .await
+    );
+
+    camera.freeze();
+    let frozen_at = std::time::Instant::now();
+    // rtspsrc alone reports nothing for ~26 s (FACTS §1.6); the watchdog must act within stall_secs.
+    assert!(
+        wait_until(Duration::from_secs(8), || cam.status().restarts >= 1).await,
+        "not detected: {:?}",
+        cam.status()
+    );
+    assert!(frozen_at.elapsed() < Duration::from_secs(8));
+    let reason = cam.status().reason.unwrap_or_default();
+    assert!(reason.contains("stalled"), "{reason}");
+
+    camera.thaw();
+    assert!(
+        wait_until(Duration::from_secs(30), || cam.status().state
+            == CameraState::Running)
+        .await,
+        "did not recover after thaw: {:?}",
+        cam.status()
+    );
+    sup.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_camera_does_not_disturb_the_rate_of_another() {
+    let server = RtspServer::start(CameraSpec::default());
+    let dead = format!("rtsp://127.0.0.1:{}/cam", closed_port());
+    let cfg = config(&format!(
+        "[[cameras]]\nid = \"good\"\nuri = \"{}\"\nsample_fps = 2\n\n\
+         [[cameras]]\nid = \"dead\"\nuri = \"{dead}\"\nsample_fps = 2\nretry_initial_secs = 0.1\nretry_max_secs = 0.4\n",
+        server.url()
+    ));
+    let sup = Supervisor::start(&cfg);
+    let good = sup.camera("good").unwrap();
+    let bad = sup.camera("dead").unwrap();
+    assert!(wait_until(Duration::from_secs(20), || good.window.info().frames >= 2).await);
+    let start = good.window.latest().unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let end = good.window.latest().unwrap();
+    let sampled = end.seq - start.seq;
+    let span = (end.pts - start.pts).as_secs_f64();
+    assert!(
+        (7..=9).contains(&sampled),
+        "{sampled} frames in 4 s at 2 fps"
+    );
+    assert!(
+        (span - sampled as f64 * 0.5).abs() < 0.05,
+        "{sampled} frames over {span} s"
+    );
+    assert_eq!(good.status().state, CameraState::Running);
+    assert_eq!(good.shared.counters.snapshot().restarts, 0);
+
+    let b = bad.status();
+    assert!(
+        b.restarts >= 3,
+        "dead camera retried only {} times",
+        b.restarts
+    );
+    assert_ne!(b.state, CameraState::Running);
+    assert!(
+        b.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("Could not open resource"),
+        "{b:?}"
+    );
+    sup.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_refused_and_passwords_never_reach_the_logs() {
+    let server = RtspServer::start(CameraSpec {
+        auth: Some(("viewer".into(), "right-Pa55-word".into())),
+        ..CameraSpec::default()
+    });
+    let url = server.url();
+    let run = |password: &'static str, frames: &'static str| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            edgevlm()
+                .args(["probe", &url, "--frames", frames, "--timeout-secs", "5"])
+                .args(["--username", "viewer", "--password-env", "CAM_PW"])
+                .env("CAM_PW", password)
+                .env("RUST_LOG", "debug")
+                .output()
+                .expect("run edgevlm")
+        })
+    };
+    let ok = run("right-Pa55-word", "2").await.unwrap();
+    let bad = run("wrong-Pa55-word", "2").await.unwrap();
+
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).lines().count(), 2);
+    assert!(!bad.status.success());
+    let bad_err = String::from_utf8_lossy(&bad.stderr);
+    assert!(bad_err.contains("Unauthorized"), "{bad_err}");
+    for out in [&ok, &bad] {
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!all.contains("Pa55-word"), "password leaked:\n{all}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_command_never_logs_a_camera_password() {
+    let server = RtspServer::start(CameraSpec {
+        auth: Some(("viewer".into(), "s3cret-Ca8-pw".into())),
+        ..CameraSpec::default()
+    });
+    let dir = tempdir();
+    let pw_file = dir.join("cam.pw");
+    std::fs::write(&pw_file, "s3cret-Ca8-pw\n").unwrap();
+    let cfg = dir.join("edgevlm.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[runtime]\nstatus_interval_secs = 0.5\n\n\
+             [[cameras]]\nid = \"ok\"\nuri = \"{url}\"\nsample_fps = 2\nusername = \"viewer\"\npassword_file = \"cam.pw\"\n\n\
+             [[cameras]]\nid = \"wrong\"\nuri = \"{url}\"\nsample_fps = 2\nusername = \"viewer\"\npassword_env = \"WRONG_PW\"\nretry_initial_secs = 0.2\n",
+            url = server.url()
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        let child = edgevlm()
+            .args(["run", "-c", cfg.to_str().unwrap()])
+            .env("WRONG_PW", "nope-Ca8-pw")
+            .env("RUST_LOG", "debug")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run edgevlm");
+        std::thread::sleep(Duration::from_secs(6));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        child.wait_with_output().expect("wait")
+    })
+    .await
+    .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    assert!(
+        log.contains("ok: running"),
+        "the good camera never ran:\n{log}"
+    );
+    assert!(
+        log.contains("Unauthorized"),
+        "the refusal was not logged:\n{log}"
+    );
+    assert!(!log.contains("Ca8-pw"), "password leaked:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_uris_fail_within_a_bound_with_a_redacted_message() {
+    let port = closed_port();
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        let refused = edgevlm()
+            .args([
+                "probe",
+                &format!("rtsp://127.0.0.1:{port}/x"),
+                "--timeout-secs",
+                "5",
+            ])
+            .output()
+            .unwrap();
+        let creds = edgevlm()
+            .args(["probe", "rtsp://admin:Hunter-22@127.0.0.1:1/x"])
+            .output()
+            .unwrap();
+        let not_video = edgevlm().args(["probe", "Cargo.toml"]).output().unwrap();
+        (refused, creds, not_video)
+    })
+    .await
+    .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let (refused, creds, not_video) = out;
+
+    let msg = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        msg.contains(&format!("cannot read rtsp://127.0.0.1:{port}/x")),
+        "{msg}"
+    );
+    assert!(msg.contains("Could not open resource"), "{msg}");
+
+    let msg = String::from_utf8_lossy(&creds.stderr);
+    assert_eq!(creds.status.code(), Some(2));
+    assert!(msg.contains("rtsp://***@127.0.0.1:1/x"), "{msg}");
+    assert!(!msg.contains("Hunter-22"), "{msg}");
+
+    let msg = String::from_utf8_lossy(&not_video.stderr);
+    assert_eq!(not_video.status.code(), Some(1));
+    assert!(msg.contains("Cargo.toml"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hardware_template_without_its_element_stops_the_camera_with_its_name() {
+    let cfg = config(
+        "[[cameras]]\nid = \"gpu\"\nuri = \"rtsp://127.0.0.1:1/x\"\npipeline = \"rtsp-nvdec\"\n\n\
+         [[cameras]]\nid = \"cpu\"\nuri = \"test://ball\"\nsample_fps = 2\n",
+    );
+    let sup = Supervisor::start(&cfg);
+    let gpu = sup.camera("gpu").unwrap();
+    let cpu = sup.camera("cpu").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || gpu.status().state
+            == CameraState::Stopped)
+        .await
+    );
+    let reason = gpu.status().reason.unwrap_or_default();
+    assert!(reason.contains("`nvh264dec`"), "{reason}");
+    assert_eq!(gpu.status().restarts, 0, "a missing element is not retried");
+    // The other camera is unaffected.
+    assert!(wait_until(Duration::from_secs(10), || cpu.window.info().frames >= 2).await);
+    sup.shutdown(Duration::from_secs(10)).await;
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "edgevlm-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
