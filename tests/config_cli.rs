@@ -115,10 +115,15 @@ fn a_missing_file_is_one_clear_error() {
 fn config_doc_lists_every_key() {
     let doc = std::fs::read_to_string(Path::new("docs/CONFIG.md")).unwrap();
     for key in edgevlm::config::known_keys() {
-        let leaf = key.rsplit('.').next().unwrap();
-        assert!(
-            doc.contains(&format!("`{leaf}`")),
-            "docs/CONFIG.md does not document `{key}`"
-        );
+        match key.rsplit_once('.') {
+            Some((_, leaf)) => assert!(
+                doc.contains(&format!("| `{leaf}`")) || doc.contains(&format!("`, `{leaf}`")),
+                "docs/CONFIG.md has no table row for `{key}`"
+            ),
+            None => assert!(
+                doc.contains(&format!("`[{key}]`")) || doc.contains(&format!("`[[{key}]]`")),
+                "docs/CONFIG.md has no section for `{key}`"
+            ),
+        }
     }
 }

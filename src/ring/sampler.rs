@@ -7,6 +7,9 @@
 
 use std::time::Duration;
 
+/// Upper bound of the slot-boundary tolerance (5 ms).
+const TOLERANCE_MAX_NS: u64 = 5_000_000;
+
 /// What to do with an offered frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleDecision {
@@ -22,8 +25,10 @@ pub enum SampleDecision {
 #[derive(Debug, Clone)]
 pub struct Sampler {
     period_ns: u64,
-    /// Timestamps this close before a slot boundary count for the next slot: it absorbs the
-    /// nanosecond rounding of `videorate`'s output grid and small capture jitter.
+    /// Timestamps this close before a slot boundary count for the next slot: it absorbs clock
+    /// rounding (a 30 fps source stamps its 30th frame at 0.999999999 s) and RTP timestamp jitter of
+    /// a camera that runs at exactly the sample rate. Kept small so a fast camera's sample is the
+    /// first frame at the boundary, not one a frame early.
     tolerance_ns: u64,
     anchor_ns: Option<u64>,
     last_slot: u64,
@@ -36,7 +41,7 @@ impl Sampler {
         let period_ns = (1e9 / fps).round().max(1.0) as u64;
         Sampler {
             period_ns,
-            tolerance_ns: period_ns / 8,
+            tolerance_ns: (period_ns / 8).min(TOLERANCE_MAX_NS),
             anchor_ns: None,
             last_slot: 0,
             last_pts_ns: 0,
@@ -127,6 +132,18 @@ mod tests {
             .filter(|&&t| s.offer(Duration::from_nanos(t)) == SampleDecision::Sample)
             .collect();
         assert_eq!(got.len(), 5);
+    }
+
+    #[test]
+    fn a_camera_at_exactly_the_sample_rate_keeps_every_frame_despite_jitter() {
+        let mut s = Sampler::new(5.0);
+        // 5 fps with +-2 ms of timestamp jitter, sampled at 5 fps: nothing may be lost.
+        let pts: Vec<u64> = (0..50u64)
+            .map(|i| {
+                i * 200 + [0, 2, 0, 0, 1][i as usize % 5] - [0, 0, 2, 1, 0][i as usize % 5] + 10
+            })
+            .collect();
+        assert_eq!(sampled(&mut s, pts.clone()), pts);
     }
 
     #[test]
