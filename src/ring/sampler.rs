@@ -1,21 +1,24 @@
 //! Fixed-fps sampling by presentation timestamp (Apollo's finding: fps sampling, never uniform).
 //!
-//! Slots of `1/fps` are laid on a grid anchored at the first sampled frame; the first frame that
-//! falls in a new slot is sampled, later frames of the same slot are dropped. A camera slower than
-//! the rate is never padded: each of its frames opens a new slot. Like ffmpeg's `fps=…:round=down`
-//! (what the reference loader uses), the choice is made on timestamps, not on arrival order.
+//! Grid points every `1/fps` are laid from the first sampled frame; each frame belongs to its
+//! nearest grid point, and the first frame of a new grid point is sampled, later ones dropped. A
+//! camera slower than the rate is never padded: each of its frames reaches a new grid point. As
+//! with ffmpeg's `fps` filter (what the reference loader uses) the choice is made on timestamps,
+//! not on arrival order or frame counts.
+//!
+//! In the pipelines `videorate drop-only=true` already keeps the frame nearest each grid point
+//! (before conversion, to save CPU); its picks sit up to one source frame on either side of the
+//! grid, which nearest-point assignment accepts exactly once each. The sampler is what guarantees
+//! the rate bound and monotonic timestamps whatever the template or the source's timestamps do.
 
 use std::time::Duration;
-
-/// Upper bound of the slot-boundary tolerance (5 ms).
-const TOLERANCE_MAX_NS: u64 = 5_000_000;
 
 /// What to do with an offered frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleDecision {
-    /// Keep it: it opens a new slot.
+    /// Keep it: it is the first frame of a new grid point.
     Sample,
-    /// Decimate it: its slot already has a frame.
+    /// Decimate it: its grid point already has a frame.
     Drop,
     /// Discard it: its timestamp is not after the last sampled frame.
     Late,
@@ -25,11 +28,6 @@ pub enum SampleDecision {
 #[derive(Debug, Clone)]
 pub struct Sampler {
     period_ns: u64,
-    /// Timestamps this close before a slot boundary count for the next slot: it absorbs clock
-    /// rounding (a 30 fps source stamps its 30th frame at 0.999999999 s) and RTP timestamp jitter of
-    /// a camera that runs at exactly the sample rate. Kept small so a fast camera's sample is the
-    /// first frame at the boundary, not one a frame early.
-    tolerance_ns: u64,
     anchor_ns: Option<u64>,
     last_slot: u64,
     last_pts_ns: u64,
@@ -41,7 +39,6 @@ impl Sampler {
         let period_ns = (1e9 / fps).round().max(1.0) as u64;
         Sampler {
             period_ns,
-            tolerance_ns: (period_ns / 8).min(TOLERANCE_MAX_NS),
             anchor_ns: None,
             last_slot: 0,
             last_pts_ns: 0,
@@ -65,7 +62,8 @@ impl Sampler {
         if pts_ns <= self.last_pts_ns {
             return SampleDecision::Late;
         }
-        let slot = (pts_ns - anchor + self.tolerance_ns) / self.period_ns;
+        // Nearest grid point: frames up to half a period early still belong to it.
+        let slot = (pts_ns - anchor + self.period_ns / 2) / self.period_ns;
         if slot <= self.last_slot {
             return SampleDecision::Drop;
         }
@@ -99,9 +97,10 @@ mod tests {
     #[test]
     fn a_fast_camera_is_decimated_to_the_rate() {
         let mut s = Sampler::new(1.0);
-        // 30 fps for 5 s: one frame per second, the first of each slot.
+        // 30 fps for 5 s: one frame per second of stream time (the first within half a period
+        // of each grid point; in the pipelines videorate has already kept the nearest one).
         let got = sampled(&mut s, (0..150).map(|i| i * 1000 / 30));
-        assert_eq!(got, vec![0, 1000, 2000, 3000, 4000]);
+        assert_eq!(got, vec![0, 500, 1500, 2500, 3500, 4500]);
     }
 
     #[test]
@@ -119,7 +118,10 @@ mod tests {
         let mut s = Sampler::new(1.0);
         let mut pts: Vec<u64> = (0..30).map(|i| i * 100).collect(); // 10 fps for 3 s
         pts.extend((0..60).map(|i| 3000 + i * 50)); // 20 fps for 3 s
-        assert_eq!(sampled(&mut s, pts), vec![0, 1000, 2000, 3000, 4000, 5000]);
+        assert_eq!(
+            sampled(&mut s, pts),
+            vec![0, 500, 1500, 2500, 3500, 4500, 5500]
+        );
     }
 
     #[test]
@@ -132,6 +134,14 @@ mod tests {
             .filter(|&&t| s.offer(Duration::from_nanos(t)) == SampleDecision::Sample)
             .collect();
         assert_eq!(got.len(), 5);
+    }
+
+    #[test]
+    fn frames_picked_by_videorate_on_either_side_of_the_grid_are_each_kept_once() {
+        let mut s = Sampler::new(5.0);
+        // 15 fps source at 5 fps: videorate's picks land up to one source frame (66 ms) off-grid.
+        let picks = [0, 266, 400, 533, 866, 1000, 1133];
+        assert_eq!(sampled(&mut s, picks), picks.to_vec());
     }
 
     #[test]
@@ -152,7 +162,7 @@ mod tests {
         assert_eq!(s.offer(ms(5000)), SampleDecision::Sample);
         assert_eq!(s.offer(ms(4000)), SampleDecision::Late);
         assert_eq!(s.offer(ms(5000)), SampleDecision::Late);
-        assert_eq!(s.offer(ms(5500)), SampleDecision::Drop);
+        assert_eq!(s.offer(ms(5400)), SampleDecision::Drop);
         assert_eq!(s.offer(ms(6000)), SampleDecision::Sample);
         assert_eq!(s.last_sampled(), Some(ms(6000)));
     }
@@ -161,7 +171,7 @@ mod tests {
     fn gaps_skip_empty_slots() {
         let mut s = Sampler::new(1.0);
         assert_eq!(
-            sampled(&mut s, [0, 1000, 9000, 9500, 10000]),
+            sampled(&mut s, [0, 1000, 9000, 9400, 10000]),
             vec![0, 1000, 9000, 10000]
         );
     }
