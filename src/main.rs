@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edgevlm::config::{CameraConfig, Config, CredentialSource, PasswordSource, SourceUri};
 use edgevlm::supervisor::{CameraReport, RateMeter, Supervisor};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the cameras of a configuration until SIGINT/SIGTERM.
+    /// Run the cameras of a configuration until SIGINT/SIGTERM; SIGHUP re-reads the file.
     Run {
         /// Configuration file.
         #[arg(short, long, default_value = "configs/edgevlm.toml")]
@@ -75,7 +76,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { file } => validate(&file),
         Command::Run { config } => match load(&config) {
-            Some(cfg) => report(runtime().and_then(|rt| rt.block_on(run(cfg)))),
+            Some(cfg) => report(runtime().and_then(|rt| rt.block_on(run(config, cfg)))),
             None => ExitCode::from(2),
         },
         Command::Probe {
@@ -136,6 +137,8 @@ fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in journald or captured logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
 }
@@ -191,21 +194,46 @@ fn validate(path: &std::path::Path) -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
     edgevlm::ingest::init()?;
     tracing::info!(summary = %config.summary(), "Starting");
-    let supervisor = Supervisor::start(&config);
-    let mut meters = vec![RateMeter::default(); supervisor.cameras().len()];
+    let mut supervisor = Supervisor::start(&config);
+    let mut meters: HashMap<String, RateMeter> = HashMap::new();
     let mut ticker = tokio::time::interval(config.runtime.status_interval);
     ticker.tick().await;
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot watch SIGTERM")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut sighup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = sigterm.recv() => break,
+            _ = sighup.recv() => match Config::load(&path) {
+                Ok(new) => {
+                    let s = supervisor.reload(&new, STOP_BOUND).await;
+                    tracing::info!(
+                        added = ?s.added, removed = ?s.removed, restarted = ?s.restarted,
+                        unchanged = s.unchanged.len(), "Configuration reloaded"
+                    );
+                    if new.runtime.status_interval != ticker.period() {
+                        ticker = tokio::time::interval(new.runtime.status_interval);
+                        ticker.tick().await;
+                    }
+                }
+                Err(errors) => {
+                    for e in &errors.0 {
+                        tracing::error!(problem = %e, "Invalid configuration");
+                    }
+                    tracing::error!(
+                        file = %path.display(),
+                        problems = errors.0.len(),
+                        "Configuration rejected; the running configuration stays in place"
+                    );
+                }
+            },
             _ = ticker.tick() => {
-                for (cam, meter) in supervisor.cameras().iter().zip(meters.iter_mut()) {
+                for cam in supervisor.cameras() {
+                    let meter = meters.entry(cam.id().to_string()).or_default();
                     let r = CameraReport::collect(cam, meter);
                     tracing::info!(target: "status", "{}", r.line());
                 }
@@ -213,9 +241,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     tracing::info!("Shutting down");
-    supervisor.shutdown(Duration::from_secs(10)).await;
+    supervisor.shutdown(STOP_BOUND).await;
     Ok(())
 }
+
+/// How long stopping a camera may take before it is abandoned.
+const STOP_BOUND: Duration = Duration::from_secs(10);
 
 async fn probe(cam: CameraConfig, frames: usize, json: bool) -> anyhow::Result<()> {
     let vision = edgevlm::config::VisionConfig::default();

@@ -76,7 +76,7 @@ impl RtspTransport {
 }
 
 /// One camera (`[[cameras]]`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CameraConfig {
     /// Identifier used in logs and MQTT topics (`[A-Za-z0-9_-]`, unique).
     pub id: String,

@@ -79,10 +79,21 @@ pub struct CameraHandle {
     /// Counters, geometry and source caps.
     pub shared: Arc<CameraShared>,
     status: watch::Receiver<CameraStatus>,
+    stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
 }
 
 impl CameraHandle {
+    /// Stops this camera's task and waits (at most `bound`) for its pipeline to reach Null.
+    async fn stop(&mut self, bound: Duration) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take()
+            && tokio::time::timeout(bound, task).await.is_err()
+        {
+            tracing::warn!(camera = %self.config.id, bound_secs = bound.as_secs_f64(), "Camera did not stop in time");
+        }
+    }
+
     /// The camera id.
     pub fn id(&self) -> &str {
         &self.config.id
@@ -103,19 +114,67 @@ impl CameraHandle {
 #[derive(Debug)]
 pub struct Supervisor {
     cameras: Vec<CameraHandle>,
-    shutdown: watch::Sender<bool>,
+    vision: VisionConfig,
+}
+
+/// What a configuration reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadSummary {
+    /// Cameras started because they are new.
+    pub added: Vec<String>,
+    /// Cameras stopped because they are gone.
+    pub removed: Vec<String>,
+    /// Cameras restarted because their configuration changed.
+    pub restarted: Vec<String>,
+    /// Cameras left running untouched.
+    pub unchanged: Vec<String>,
 }
 
 impl Supervisor {
     /// Starts every enabled camera. Must be called inside a tokio runtime.
     pub fn start(config: &Config) -> Supervisor {
-        let (shutdown, shutdown_rx) = watch::channel(false);
         let cameras = config
             .cameras
             .iter()
-            .map(|cfg| spawn_camera(cfg.clone(), config.vision, shutdown_rx.clone()))
+            .map(|cfg| spawn_camera(cfg.clone(), config.vision))
             .collect();
-        Supervisor { cameras, shutdown }
+        Supervisor {
+            cameras,
+            vision: config.vision,
+        }
+    }
+
+    /// Applies a new (already validated) configuration: cameras that were added, removed or
+    /// changed are started, stopped or restarted; the others keep running untouched.
+    pub async fn reload(&mut self, config: &Config, bound: Duration) -> ReloadSummary {
+        let mut summary = ReloadSummary::default();
+        // The geometry of every camera follows the vision budget: a new budget restarts them all.
+        let vision_changed = config.vision != self.vision;
+        self.vision = config.vision;
+        let mut old: Vec<CameraHandle> = std::mem::take(&mut self.cameras);
+        for cfg in &config.cameras {
+            match old.iter().position(|c| c.config.id == cfg.id) {
+                Some(i) if old[i].config == *cfg && !vision_changed => {
+                    summary.unchanged.push(cfg.id.clone());
+                    self.cameras.push(old.remove(i));
+                }
+                Some(i) => {
+                    let mut previous = old.remove(i);
+                    previous.stop(bound).await;
+                    summary.restarted.push(cfg.id.clone());
+                    self.cameras.push(spawn_camera(cfg.clone(), config.vision));
+                }
+                None => {
+                    summary.added.push(cfg.id.clone());
+                    self.cameras.push(spawn_camera(cfg.clone(), config.vision));
+                }
+            }
+        }
+        for mut gone in old {
+            gone.stop(bound).await;
+            summary.removed.push(gone.config.id.clone());
+        }
+        summary
     }
 
     /// Every camera, in configuration order.
@@ -130,7 +189,9 @@ impl Supervisor {
 
     /// Stops every camera and waits (at most `bound`) for their pipelines to reach Null.
     pub async fn shutdown(mut self, bound: Duration) {
-        let _ = self.shutdown.send(true);
+        for c in &self.cameras {
+            let _ = c.stop.send(true);
+        }
         let tasks: Vec<_> = self
             .cameras
             .iter_mut()
@@ -146,11 +207,8 @@ impl Supervisor {
     }
 }
 
-fn spawn_camera(
-    cfg: CameraConfig,
-    vision: VisionConfig,
-    shutdown: watch::Receiver<bool>,
-) -> CameraHandle {
+fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
+    let (stop, shutdown) = watch::channel(false);
     let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size));
     // One spare slot: timestamps jitter around the window's edge.
     let window = Arc::new(Window::new(cfg.window, cfg.window_frames() + 1));
@@ -164,6 +222,7 @@ fn spawn_camera(
             window,
             shared,
             status: rx,
+            stop,
             task: None,
         };
     }
@@ -196,6 +255,7 @@ fn spawn_camera(
         window,
         shared,
         status: rx,
+        stop,
         task: Some(task),
     }
 }
