@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edgevlm::config::{CameraConfig, Config, CredentialSource, PasswordSource, SourceUri};
 use edgevlm::supervisor::{CameraReport, RateMeter, Supervisor};
+use edgevlm::telemetry::Systemd;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -199,6 +200,14 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     edgevlm::ingest::init()?;
     tracing::info!(summary = %config.summary(), "Starting");
     let mut supervisor = Supervisor::start(&config);
+    let systemd = Systemd::from_env();
+    systemd.ready(&camera_summary(&supervisor));
+    // Without WatchdogSec the tick still runs (cheaply) so the loop has one shape.
+    let mut watchdog = tokio::time::interval(
+        systemd
+            .watchdog_interval()
+            .unwrap_or(Duration::from_secs(3600)),
+    );
     let mut meters: HashMap<String, RateMeter> = HashMap::new();
     let mut ticker = tokio::time::interval(config.runtime.status_interval);
     ticker.tick().await;
@@ -208,9 +217,17 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = sigterm.recv() => break,
+            _ = watchdog.tick() => match supervisor.healthy() {
+                // WATCHDOG=1 only from this loop and only while healthy: a stuck runtime or a stuck
+                // camera task stops the pings and systemd restarts the service.
+                Ok(()) => systemd.watchdog(),
+                Err(why) => tracing::error!(reason = %why, "Unhealthy; not feeding the systemd watchdog"),
+            },
             _ = sighup.recv() => match Config::load(&path) {
                 Ok(new) => {
+                    systemd.reloading();
                     let s = supervisor.reload(&new, STOP_BOUND).await;
+                    systemd.ready(&camera_summary(&supervisor));
                     tracing::info!(
                         added = ?s.added, removed = ?s.removed, restarted = ?s.restarted,
                         unchanged = s.unchanged.len(), "Configuration reloaded"
@@ -237,12 +254,33 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                     let r = CameraReport::collect(cam, meter);
                     tracing::info!(target: "status", "{}", r.line());
                 }
+                systemd.status(&camera_summary(&supervisor));
             }
         }
     }
     tracing::info!("Shutting down");
+    systemd.stopping();
     supervisor.shutdown(STOP_BOUND).await;
     Ok(())
+}
+
+/// "3 cameras: 2 running, 1 retrying", for systemd's STATUS=.
+fn camera_summary(supervisor: &Supervisor) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for cam in supervisor.cameras() {
+        let state = cam.status().state.to_string();
+        match counts.iter_mut().find(|(s, _)| *s == state) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((state, 1)),
+        }
+    }
+    let n = supervisor.cameras().len();
+    let parts: Vec<String> = counts.iter().map(|(s, k)| format!("{k} {s}")).collect();
+    format!(
+        "{n} camera{}: {}",
+        if n == 1 { "" } else { "s" },
+        parts.join(", ")
+    )
 }
 
 /// How long stopping a camera may take before it is abandoned.

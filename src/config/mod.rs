@@ -494,6 +494,13 @@ fn decode_camera(
             None
         }
         (Some(p), None) => {
+            let p = match expand_credentials_dir(&p) {
+                Ok(p) => p,
+                Err(msg) => {
+                    sink.error(f.path_of("password_file"), msg);
+                    p
+                }
+            };
             let p = match base_dir {
                 Some(base) if p.is_relative() => base.join(p),
                 _ => p,
@@ -567,6 +574,25 @@ fn decode_camera(
         latency_ms,
         credentials,
     })
+}
+
+/// Expands a leading `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`) in a password path.
+fn expand_credentials_dir(path: &Path) -> Result<PathBuf, String> {
+    let text = path.to_string_lossy();
+    let rest = ["${CREDENTIALS_DIRECTORY}", "$CREDENTIALS_DIRECTORY"]
+        .iter()
+        .find_map(|prefix| text.strip_prefix(prefix));
+    match rest {
+        None => Ok(path.to_path_buf()),
+        Some(rest) => match std::env::var_os("CREDENTIALS_DIRECTORY") {
+            Some(dir) => Ok(PathBuf::from(dir).join(rest.trim_start_matches('/'))),
+            None => Err(
+                "uses $CREDENTIALS_DIRECTORY, which is not set (it is set by systemd for units \
+                 with LoadCredential=)"
+                    .into(),
+            ),
+        },
+    }
 }
 
 fn check_range(f: &Fields<'_>, key: &str, v: f64, min: f64, max: f64, sink: &mut Sink) {

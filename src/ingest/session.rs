@@ -99,6 +99,8 @@ pub struct CameraShared {
     epoch: Instant,
     /// Milliseconds after `epoch` of the last decoded frame (0: none yet in this session).
     last_input_ms: AtomicU64,
+    /// Milliseconds after `epoch` when the camera task last showed it is not stuck.
+    heartbeat_ms: AtomicU64,
     resume: Mutex<Resume>,
 }
 
@@ -124,6 +126,7 @@ impl CameraShared {
             source_caps: Mutex::new(None),
             epoch: Instant::now(),
             last_input_ms: AtomicU64::new(0),
+            heartbeat_ms: AtomicU64::new(0),
             resume: Mutex::new(Resume::default()),
         }
     }
@@ -139,6 +142,20 @@ impl CameraShared {
             0 => None,
             ms => Some(self.epoch + Duration::from_millis(ms)),
         }
+    }
+
+    /// Records that the camera task is alive (it loops at least every second).
+    pub fn beat(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.heartbeat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the camera task last called [`beat`](Self::beat).
+    pub fn since_heartbeat(&self) -> Duration {
+        let ms = self.heartbeat_ms.load(Ordering::Relaxed);
+        self.epoch
+            .elapsed()
+            .saturating_sub(Duration::from_millis(ms))
     }
 
     fn resume(&self) -> Resume {

@@ -177,6 +177,27 @@ impl Supervisor {
         summary
     }
 
+    /// `Err` with the reason when a camera task crashed or is stuck (no heartbeat for
+    /// [`HEARTBEAT_LIMIT`]): the systemd watchdog is then no longer fed and the service restarts.
+    pub fn healthy(&self) -> Result<(), String> {
+        for c in &self.cameras {
+            let Some(task) = &c.task else { continue };
+            let state = c.status().state;
+            if task.is_finished() && state != CameraState::Stopped {
+                return Err(format!("camera {}: task ended in state {state}", c.id()));
+            }
+            let quiet = c.shared.since_heartbeat();
+            if !task.is_finished() && quiet > HEARTBEAT_LIMIT {
+                return Err(format!(
+                    "camera {}: task stuck for {:.0} s in state {state}",
+                    c.id(),
+                    quiet.as_secs_f64()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Every camera, in configuration order.
     pub fn cameras(&self) -> &[CameraHandle] {
         &self.cameras
@@ -282,6 +303,9 @@ struct CameraTask {
 /// How often the frame-age watchdog looks.
 const WATCHDOG_TICK: Duration = Duration::from_millis(250);
 
+/// A camera task silent for this long is stuck (a blocking call that never returns).
+pub const HEARTBEAT_LIMIT: Duration = Duration::from_secs(60);
+
 impl CameraTask {
     fn set_state(&self, state: CameraState, reason: Option<String>) {
         self.status.send_modify(|s| {
@@ -332,10 +356,8 @@ impl CameraTask {
                         s.reason = Some(reason);
                         s.since = Instant::now();
                     });
-                    tokio::select! {
-                        biased;
-                        _ = self.shutdown.changed() => break,
-                        _ = tokio::time::sleep(delay) => {}
+                    if self.wait(delay).await {
+                        break;
                     }
                 }
             }
@@ -344,7 +366,23 @@ impl CameraTask {
         tracing::info!(camera = %id, "Camera stopped");
     }
 
+    /// Sleeps for `delay` while showing a heartbeat; true if shutdown was requested meanwhile.
+    async fn wait(&mut self, delay: Duration) -> bool {
+        let until = tokio::time::Instant::now() + delay;
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            self.shared.beat();
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => return true,
+                _ = tokio::time::sleep_until(until) => return false,
+                _ = beat.tick() => {}
+            }
+        }
+    }
+
     async fn run_once(&mut self) -> Outcome {
+        self.shared.beat();
         self.status.send_modify(|s| {
             s.state = CameraState::Starting;
             s.since = Instant::now();
@@ -392,6 +430,7 @@ impl CameraTask {
                     SessionEvent::Eos => break Outcome::Finished("end of file".into()),
                 },
                 _ = watchdog.tick() => {
+                    self.shared.beat();
                     if let Some(reason) = self.watchdog(started) {
                         break Outcome::Failed(reason);
                     }
