@@ -4,11 +4,13 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edgevlm::config::{CameraConfig, Config, CredentialSource, PasswordSource, SourceUri};
 use edgevlm::supervisor::{CameraReport, RateMeter, Supervisor};
-use edgevlm::telemetry::Systemd;
+use edgevlm::telemetry::{Systemd, control, metrics};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -28,6 +30,18 @@ enum Command {
         /// Configuration file.
         #[arg(short, long, default_value = "configs/edgevlm.toml")]
         config: PathBuf,
+    },
+    /// Print a one-screen summary of a running instance (through its control socket).
+    Status {
+        /// Configuration of the running instance (to find its control socket).
+        #[arg(short, long, default_value = "configs/edgevlm.toml")]
+        config: PathBuf,
+        /// The control socket, instead of reading it from the configuration.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Print the raw JSON document.
+        #[arg(long)]
+        json: bool,
     },
     /// Check a configuration file: every problem is reported, one line each; exit 2 if any.
     Validate {
@@ -76,6 +90,29 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Command::Validate { file } => validate(&file),
+        Command::Status {
+            config,
+            socket,
+            json,
+        } => {
+            let socket = match socket {
+                Some(s) => s,
+                None => match load(&config) {
+                    Some(c) => match c.telemetry.control_socket {
+                        Some(s) => s,
+                        None => {
+                            eprintln!(
+                                "error: telemetry.control_socket is off in {}",
+                                config.display()
+                            );
+                            return ExitCode::from(2);
+                        }
+                    },
+                    None => return ExitCode::from(2),
+                },
+            };
+            report(runtime().and_then(|rt| rt.block_on(status(socket, json))))
+        }
         Command::Run { config } => match load(&config) {
             Some(cfg) => report(runtime().and_then(|rt| rt.block_on(run(config, cfg)))),
             None => ExitCode::from(2),
@@ -200,6 +237,23 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     edgevlm::ingest::init()?;
     tracing::info!(summary = %config.summary(), "Starting");
     let mut supervisor = Supervisor::start(&config);
+    let (views_tx, views_rx) = tokio::sync::watch::channel(supervisor.views());
+    let (reports_tx, reports_rx) =
+        tokio::sync::watch::channel((Instant::now(), Arc::new(Vec::new())));
+    if let Some(addr) = config.telemetry.metrics_listen {
+        let listener = metrics::bind(addr)
+            .await
+            .with_context(|| format!("telemetry.metrics_listen: cannot listen on {addr}"))?;
+        tracing::info!(address = %addr, "Serving Prometheus metrics on /metrics");
+        tokio::spawn(metrics::serve(listener, views_rx.clone()));
+    }
+    let control_socket = config.telemetry.control_socket.clone();
+    if let Some(path) = &control_socket {
+        let listener = control::bind(path)
+            .await
+            .map_err(|e| anyhow::anyhow!("telemetry.control_socket: {e}"))?;
+        tokio::spawn(control::serve(listener, reports_rx));
+    }
     let systemd = Systemd::from_env();
     systemd.ready(&camera_summary(&supervisor));
     // Without WatchdogSec the tick still runs (cheaply) so the loop has one shape.
@@ -209,6 +263,11 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
             .unwrap_or(Duration::from_secs(3600)),
     );
     let mut meters: HashMap<String, RateMeter> = HashMap::new();
+    for cam in supervisor.cameras() {
+        // Prime the meters so the first status line already has rates.
+        let meter = meters.entry(cam.id().to_string()).or_default();
+        meter.rates(Instant::now(), cam.shared.counters.snapshot());
+    }
     let mut ticker = tokio::time::interval(config.runtime.status_interval);
     ticker.tick().await;
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
@@ -227,6 +286,7 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 Ok(new) => {
                     systemd.reloading();
                     let s = supervisor.reload(&new, STOP_BOUND).await;
+                    let _ = views_tx.send(supervisor.views());
                     systemd.ready(&camera_summary(&supervisor));
                     tracing::info!(
                         added = ?s.added, removed = ?s.removed, restarted = ?s.restarted,
@@ -249,11 +309,14 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 }
             },
             _ = ticker.tick() => {
+                let mut reports = Vec::with_capacity(supervisor.cameras().len());
                 for cam in supervisor.cameras() {
                     let meter = meters.entry(cam.id().to_string()).or_default();
                     let r = CameraReport::collect(cam, meter);
                     tracing::info!(target: "status", "{}", r.line());
+                    reports.push(r);
                 }
+                let _ = reports_tx.send((Instant::now(), Arc::new(reports)));
                 systemd.status(&camera_summary(&supervisor));
             }
         }
@@ -261,7 +324,58 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     tracing::info!("Shutting down");
     systemd.stopping();
     supervisor.shutdown(STOP_BOUND).await;
+    if let Some(path) = control_socket {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
+}
+
+async fn status(socket: PathBuf, json: bool) -> anyhow::Result<()> {
+    let doc = control::query(&socket).await.map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    println!(
+        "edgevlm {}, pid {}, up {}, reports {:.0} s old",
+        doc.version,
+        doc.pid,
+        human_duration(doc.uptime_secs),
+        doc.report_age_secs
+    );
+    println!(
+        "{:<16} {:<9} {:>7} {:>8} {:>14} {:>18} {:>8}  LAST",
+        "CAMERA", "STATE", "IN FPS", "SAMPLED", "WINDOW", "GEOMETRY", "RESTARTS"
+    );
+    for c in &doc.cameras {
+        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+        let n = |k: &str| c[k].as_f64().unwrap_or(0.0);
+        let geometry = match (c["geometry"].as_str(), c["tokens_per_frame"].as_u64()) {
+            (Some(g), Some(t)) => format!("{g} ({t} tok)"),
+            _ => "pending".into(),
+        };
+        println!(
+            "{:<16} {:<9} {:>7.1} {:>8.2} {:>14} {:>18} {:>8}  {}",
+            s("camera"),
+            s("state"),
+            n("fps_in"),
+            n("fps_sampled"),
+            format!("{} fr/{:.0} s", n("window_frames"), n("window_span_secs")),
+            geometry,
+            c["counters"]["restarts"].as_u64().unwrap_or(0),
+            s("reason"),
+        );
+    }
+    Ok(())
+}
+
+fn human_duration(secs: f64) -> String {
+    let s = secs as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
 }
 
 /// "3 cameras: 2 running, 1 retrying", for systemd's STATUS=.

@@ -19,8 +19,19 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// The model's visual-token budget, which fixes each camera's geometry.
     pub vision: VisionConfig,
+    /// Metrics endpoint and control socket.
+    pub telemetry: TelemetryConfig,
     /// Cameras in file order.
     pub cameras: Vec<CameraConfig>,
+}
+
+/// How the runtime reports on itself (`[telemetry]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// Address of the Prometheus `/metrics` endpoint; `None`: off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Unix socket answered with the instance's status (`edgevlm status`); `None`: off.
+    pub control_socket: Option<PathBuf>,
 }
 
 /// Process-wide settings (`[runtime]`).
@@ -212,7 +223,7 @@ pub fn known_keys() -> Vec<String> {
         "cameras".into(),
         toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
     );
-    for section in ["runtime", "vision"] {
+    for section in ["runtime", "vision", "telemetry"] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
     let mut sink = Sink::default();
@@ -225,9 +236,11 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let empty = toml::Table::new();
 
     let runtime_t = top.table("runtime", sink).unwrap_or(&empty);
-    let runtime = decode_runtime(runtime_t, sink);
+    let runtime = decode_runtime(runtime_t, base_dir, sink);
     let vision_t = top.table("vision", sink).unwrap_or(&empty);
     let vision = decode_vision(vision_t, sink);
+    let telemetry_t = top.table("telemetry", sink).unwrap_or(&empty);
+    let telemetry = decode_telemetry(telemetry_t, &runtime, sink);
 
     let mut cameras = Vec::new();
     match top.raw("cameras", sink) {
@@ -273,11 +286,54 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     Config {
         runtime,
         vision,
+        telemetry,
         cameras,
     }
 }
 
-fn decode_runtime(t: &toml::Table, sink: &mut Sink) -> RuntimeConfig {
+fn decode_telemetry(t: &toml::Table, runtime: &RuntimeConfig, sink: &mut Sink) -> TelemetryConfig {
+    let mut f = Fields::new("telemetry", "telemetry", t);
+    let metrics_listen = f.opt::<String>("metrics_listen", sink).and_then(|a| {
+        match a.parse::<std::net::SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                sink.error(
+                    f.path_of("metrics_listen"),
+                    format!("expected an address such as \"127.0.0.1:9464\", got \"{a}\""),
+                );
+                None
+            }
+        }
+    });
+    let socket: String = f.get("control_socket", "edgevlm.sock".to_string(), sink);
+    let control_socket = (!socket.is_empty()).then(|| {
+        // Relative to the state directory (itself resolved against the config file's directory).
+        let p = PathBuf::from(&socket);
+        if p.is_relative() {
+            runtime.state_dir.join(p)
+        } else {
+            p
+        }
+    });
+    if let Some(p) = &control_socket
+        && p.as_os_str().len() > 100
+    {
+        sink.error(
+            f.path_of("control_socket"),
+            format!(
+                "{} is too long for a Unix socket path (at most 100 bytes)",
+                p.display()
+            ),
+        );
+    }
+    f.finish(sink);
+    TelemetryConfig {
+        metrics_listen,
+        control_socket,
+    }
+}
+
+fn decode_runtime(t: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) -> RuntimeConfig {
     let mut f = Fields::new("runtime", "runtime", t);
     let status_secs: f64 = f.get("status_interval_secs", 10.0, sink);
     if !(status_secs.is_finite() && (0.1..=3600.0).contains(&status_secs)) {
@@ -287,6 +343,10 @@ fn decode_runtime(t: &toml::Table, sink: &mut Sink) -> RuntimeConfig {
         );
     }
     let state_dir: PathBuf = f.get("state_dir", PathBuf::from("state"), sink);
+    let state_dir = match base_dir {
+        Some(base) if state_dir.is_relative() => base.join(state_dir),
+        _ => state_dir,
+    };
     f.finish(sink);
     RuntimeConfig {
         status_interval: secs(status_secs, 10.0),

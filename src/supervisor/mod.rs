@@ -69,9 +69,9 @@ impl CameraStatus {
     }
 }
 
-/// One supervised camera, as seen from outside its task.
-#[derive(Debug)]
-pub struct CameraHandle {
+/// What can be read about a camera from outside its task; cheap to clone (for reporters).
+#[derive(Debug, Clone)]
+pub struct CameraView {
     /// The camera's configuration.
     pub config: CameraConfig,
     /// Its sampled frames.
@@ -79,21 +79,9 @@ pub struct CameraHandle {
     /// Counters, geometry and source caps.
     pub shared: Arc<CameraShared>,
     status: watch::Receiver<CameraStatus>,
-    stop: watch::Sender<bool>,
-    task: Option<JoinHandle<()>>,
 }
 
-impl CameraHandle {
-    /// Stops this camera's task and waits (at most `bound`) for its pipeline to reach Null.
-    async fn stop(&mut self, bound: Duration) {
-        let _ = self.stop.send(true);
-        if let Some(task) = self.task.take()
-            && tokio::time::timeout(bound, task).await.is_err()
-        {
-            tracing::warn!(camera = %self.config.id, bound_secs = bound.as_secs_f64(), "Camera did not stop in time");
-        }
-    }
-
+impl CameraView {
     /// The camera id.
     pub fn id(&self) -> &str {
         &self.config.id
@@ -107,6 +95,39 @@ impl CameraHandle {
     /// A receiver that sees every status change.
     pub fn watch(&self) -> watch::Receiver<CameraStatus> {
         self.status.clone()
+    }
+}
+
+/// One supervised camera: its view plus control of its task.
+#[derive(Debug)]
+pub struct CameraHandle {
+    view: CameraView,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::ops::Deref for CameraHandle {
+    type Target = CameraView;
+
+    fn deref(&self) -> &CameraView {
+        &self.view
+    }
+}
+
+impl CameraHandle {
+    /// A clone of the camera's view.
+    pub fn view(&self) -> CameraView {
+        self.view.clone()
+    }
+
+    /// Stops this camera's task and waits (at most `bound`) for its pipeline to reach Null.
+    async fn stop(&mut self, bound: Duration) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take()
+            && tokio::time::timeout(bound, task).await.is_err()
+        {
+            tracing::warn!(camera = %self.view.config.id, bound_secs = bound.as_secs_f64(), "Camera did not stop in time");
+        }
     }
 }
 
@@ -153,8 +174,8 @@ impl Supervisor {
         self.vision = config.vision;
         let mut old: Vec<CameraHandle> = std::mem::take(&mut self.cameras);
         for cfg in &config.cameras {
-            match old.iter().position(|c| c.config.id == cfg.id) {
-                Some(i) if old[i].config == *cfg && !vision_changed => {
+            match old.iter().position(|c| c.view.config.id == cfg.id) {
+                Some(i) if old[i].view.config == *cfg && !vision_changed => {
                     summary.unchanged.push(cfg.id.clone());
                     self.cameras.push(old.remove(i));
                 }
@@ -172,7 +193,7 @@ impl Supervisor {
         }
         for mut gone in old {
             gone.stop(bound).await;
-            summary.removed.push(gone.config.id.clone());
+            summary.removed.push(gone.view.config.id.clone());
         }
         summary
     }
@@ -201,6 +222,11 @@ impl Supervisor {
     /// Every camera, in configuration order.
     pub fn cameras(&self) -> &[CameraHandle] {
         &self.cameras
+    }
+
+    /// Views of every camera, for reporters that outlive a reload.
+    pub fn views(&self) -> Vec<CameraView> {
+        self.cameras.iter().map(CameraHandle::view).collect()
     }
 
     /// The camera called `id`.
@@ -239,10 +265,12 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
             Some("disabled in the configuration".into()),
         ));
         return CameraHandle {
-            config: cfg,
-            window,
-            shared,
-            status: rx,
+            view: CameraView {
+                config: cfg,
+                window,
+                shared,
+                status: rx,
+            },
             stop,
             task: None,
         };
@@ -272,10 +300,12 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
         }
     });
     CameraHandle {
-        config: cfg,
-        window,
-        shared,
-        status: rx,
+        view: CameraView {
+            config: cfg,
+            window,
+            shared,
+            status: rx,
+        },
         stop,
         task: Some(task),
     }

@@ -1,6 +1,6 @@
 //! Per-camera status reports: what `run` logs now and what the MQTT status topic will carry.
 
-use super::{CameraHandle, CameraState};
+use super::{CameraState, CameraView};
 use crate::ring::CounterSnapshot;
 use serde::Serialize;
 use std::time::Instant;
@@ -68,7 +68,7 @@ pub struct CameraReport {
 
 impl CameraReport {
     /// Reads a camera's status, counters and window.
-    pub fn collect(handle: &CameraHandle, meter: &mut RateMeter) -> CameraReport {
+    pub fn collect(handle: &CameraView, meter: &mut RateMeter) -> CameraReport {
         let status = handle.status();
         let counters = handle.shared.counters.snapshot();
         let now = Instant::now();

@@ -1,5 +1,8 @@
-//! Telemetry: how the runtime reports on itself to the system (systemd now; metrics next).
+//! Telemetry: how the runtime reports on itself: systemd notify, a Prometheus endpoint, and the
+//! control socket behind `edgevlm status`.
 
+pub mod control;
+pub mod metrics;
 mod systemd;
 
 pub use systemd::Systemd;

@@ -1,0 +1,208 @@
+//! A Prometheus text endpoint (`GET /metrics`), off by default and meant for loopback.
+//!
+//! A few dozen lines of HTTP/1.0 on a tokio listener instead of an HTTP framework: one read-only
+//! page, no keep-alive, bounded request size and time, so a scraper cannot hold resources.
+
+use crate::supervisor::{CameraState, CameraView};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Largest request head accepted.
+const MAX_REQUEST: usize = 8 * 1024;
+/// Time a client has to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Renders every camera's counters and gauges in the Prometheus text format.
+pub fn render(views: &[CameraView]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP edgevlm_build_info Version of the running edgevlm."
+    );
+    let _ = writeln!(out, "# TYPE edgevlm_build_info gauge");
+    let _ = writeln!(
+        out,
+        "edgevlm_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+
+    type Metric = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&CameraView) -> f64,
+    );
+    let metrics: [Metric; 11] = [
+        (
+            "edgevlm_camera_frames_in_total",
+            "counter",
+            "Decoded frames that reached the rate stage.",
+            |v| v.shared.counters.snapshot().frames_in as f64,
+        ),
+        (
+            "edgevlm_camera_frames_sampled_total",
+            "counter",
+            "Frames sampled into the window.",
+            |v| v.shared.counters.snapshot().sampled as f64,
+        ),
+        (
+            "edgevlm_camera_frames_dropped_total",
+            "counter",
+            "Frames decimated by fixed-fps sampling.",
+            |v| v.shared.counters.snapshot().dropped as f64,
+        ),
+        (
+            "edgevlm_camera_frames_late_total",
+            "counter",
+            "Frames whose timestamp was not after the last sampled one.",
+            |v| v.shared.counters.snapshot().late as f64,
+        ),
+        (
+            "edgevlm_camera_frames_overflow_total",
+            "counter",
+            "Sampled frames lost to a full hand-off queue.",
+            |v| v.shared.counters.snapshot().overflow as f64,
+        ),
+        (
+            "edgevlm_camera_restarts_total",
+            "counter",
+            "Pipeline restarts after failures.",
+            |v| v.shared.counters.snapshot().restarts as f64,
+        ),
+        (
+            "edgevlm_camera_up",
+            "gauge",
+            "1 while the camera delivers frames.",
+            |v| f64::from(u8::from(v.status().state == CameraState::Running)),
+        ),
+        (
+            "edgevlm_camera_window_frames",
+            "gauge",
+            "Sampled frames held in the window.",
+            |v| v.window.info().frames as f64,
+        ),
+        (
+            "edgevlm_camera_window_bytes",
+            "gauge",
+            "Pixel bytes held in the window.",
+            |v| v.window.info().bytes as f64,
+        ),
+        (
+            "edgevlm_camera_window_span_seconds",
+            "gauge",
+            "Stream time between the oldest and newest frame held.",
+            |v| {
+                let i = v.window.info();
+                match (i.oldest, i.newest) {
+                    (Some(a), Some(b)) => (b - a).as_secs_f64(),
+                    _ => 0.0,
+                }
+            },
+        ),
+        (
+            "edgevlm_camera_tokens_per_frame",
+            "gauge",
+            "Visual tokens per frame at the camera's model geometry.",
+            |v| {
+                v.shared
+                    .geometry
+                    .get()
+                    .map_or(0.0, |g| f64::from(g.tokens()))
+            },
+        ),
+    ];
+    for (name, kind, help, value) in metrics {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for v in views {
+            let _ = writeln!(out, "{name}{{camera=\"{}\"}} {}", v.id(), value(v));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP edgevlm_camera_state Current lifecycle state (1 for the current one)."
+    );
+    let _ = writeln!(out, "# TYPE edgevlm_camera_state gauge");
+    for v in views {
+        let current = v.status().state;
+        for state in [
+            CameraState::Starting,
+            CameraState::Running,
+            CameraState::Retrying,
+            CameraState::Stopped,
+        ] {
+            let _ = writeln!(
+                out,
+                "edgevlm_camera_state{{camera=\"{}\",state=\"{state}\"}} {}",
+                v.id(),
+                u8::from(state == current)
+            );
+        }
+    }
+    out
+}
+
+/// Binds the metrics listener (so a taken port is an error at startup, not later).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves `/metrics` from `views` until the listener fails; each client is handled on its own.
+pub async fn serve(listener: TcpListener, views: watch::Receiver<Vec<CameraView>>) {
+    loop {
+        let (mut stream, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "Metrics listener failed to accept");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let views = views.clone();
+        tokio::spawn(async move {
+            let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await
+            {
+                Ok(Some(head))
+                    if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") =>
+                {
+                    let body = render(&views.borrow());
+                    format!(
+                        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                }
+                Ok(Some(_)) => {
+                    "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .into()
+                }
+                _ => "HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .into(),
+            };
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+/// Reads up to the end of the request head; `None` if it is too large or the client goes away.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
+            return String::from_utf8(buf).ok();
+        }
+        if buf.len() > MAX_REQUEST {
+            return None;
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Telemetry of a running instance: the Prometheus endpoint and `edgevlm status`.
+
+mod common;
+
+use common::{closed_port, edgevlm};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+fn get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from\n{page}"))
+}
+
+#[test]
+fn metrics_and_status_describe_the_running_cameras() {
+    let dir = std::env::temp_dir().join(format!("edgevlm-tel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = closed_port();
+    let cfg = dir.join("edgevlm.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"state\"\n\n\
+             [telemetry]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+             [[cameras]]\nid = \"yard\"\nuri = \"test://ball\"\nsample_fps = 4\n\n\
+             [[cameras]]\nid = \"gone\"\nuri = \"rtsp://127.0.0.1:{}/x\"\nretry_initial_secs = 0.2\n",
+            closed_port()
+        ),
+    )
+    .unwrap();
+    let child = edgevlm()
+        .args(["run", "-c", cfg.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+
+    let first = get(port, "/metrics");
+    assert!(first.starts_with("HTTP/1.0 200 OK"), "{first}");
+    assert!(first.contains("text/plain; version=0.0.4"), "{first}");
+    std::thread::sleep(Duration::from_secs(1));
+    let second = get(port, "/metrics");
+    let sampled = |p: &str| metric(p, "edgevlm_camera_frames_sampled_total{camera=\"yard\"}");
+    assert!(sampled(&second) > sampled(&first), "the counter must move");
+    assert_eq!(metric(&second, "edgevlm_camera_up{camera=\"yard\"}"), 1.0);
+    assert_eq!(metric(&second, "edgevlm_camera_up{camera=\"gone\"}"), 0.0);
+    assert!(metric(&second, "edgevlm_camera_restarts_total{camera=\"gone\"}") >= 1.0);
+    assert_eq!(
+        metric(
+            &second,
+            "edgevlm_camera_state{camera=\"gone\",state=\"running\"}"
+        ),
+        0.0
+    );
+    assert!(get(port, "/other").starts_with("HTTP/1.0 404"));
+
+    let status = edgevlm()
+        .args(["status", "-c", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let yard = text
+        .lines()
+        .find(|l| l.starts_with("yard"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(yard.contains("running"), "{yard}");
+    let gone = text
+        .lines()
+        .find(|l| l.starts_with("gone"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(gone.contains("Could not open resource"), "{gone}");
+
+    // A second instance on the same metrics port, or the same control socket, refuses to start
+    // instead of stealing it.
+    let refused = |cfg: &std::path::Path| {
+        let out = edgevlm()
+            .args(["run", "-c", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused(&cfg);
+    assert!(
+        err.contains("telemetry.metrics_listen: cannot listen on"),
+        "{err}"
+    );
+    let cfg2 = dir.join("second.toml");
+    std::fs::write(
+        &cfg2,
+        "[runtime]\nstate_dir = \"state\"\n\n[[cameras]]\nid = \"yard\"\nuri = \"test://ball\"\n",
+    )
+    .unwrap();
+    let err = refused(&cfg2);
+    assert!(err.contains("another edgevlm instance answers on"), "{err}");
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dir.join("state/edgevlm.sock").exists(),
+        "socket left behind"
+    );
+    let after = edgevlm()
+        .args(["status", "-c", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!after.status.success());
+    assert!(String::from_utf8_lossy(&after.stderr).contains("no edgevlm answers"));
+}
