@@ -69,8 +69,15 @@ fn run_sends_ready_then_watchdog_pings_then_stopping() {
     sock.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
 
+    // Its own configuration: the demo's metrics port and socket may be in use by a running demo.
+    let cfg = dir.join("edgevlm.toml");
+    std::fs::write(
+        &cfg,
+        "[runtime]\nstate_dir = \"state\"\n\n[[cameras]]\nid = \"demo\"\nuri = \"test://ball\"\n",
+    )
+    .unwrap();
     let child = edgevlm()
-        .args(["run", "-c", "configs/edgevlm.toml"])
+        .args(["run", "-c", cfg.to_str().unwrap()])
         .env("NOTIFY_SOCKET", &sock_path)
         .env("WATCHDOG_USEC", "1000000")
         .stderr(std::process::Stdio::piped())
