@@ -191,11 +191,13 @@ impl Config {
         }
     }
 
-    /// One line that says what the configuration runs.
+    /// One line that says what the configuration runs (the first cameras, then a count).
     pub fn summary(&self) -> String {
-        let cams: Vec<String> = self
+        const LISTED: usize = 3;
+        let mut cams: Vec<String> = self
             .cameras
             .iter()
+            .take(if self.cameras.len() > LISTED + 1 { LISTED } else { LISTED + 1 })
             .map(|c| {
                 format!(
                     "{} ({}, {} fps, {} s window{})",
@@ -207,6 +209,9 @@ impl Config {
                 )
             })
             .collect();
+        if self.cameras.len() > cams.len() {
+            cams.push(format!("and {} more", self.cameras.len() - cams.len()));
+        }
         format!(
             "{} camera{}: {}",
             self.cameras.len(),
