@@ -1,9 +1,10 @@
 //! edgevlm: an embedded streaming-video runtime that lets a video language model watch live
-//! cameras. Modules follow the data flow: config, ingest, ring, supervisor, telemetry
+//! cameras. Modules follow the data flow: config, ingest, ring, prune, supervisor, telemetry
 //! (DESIGN §2).
 
 pub mod config;
 pub mod ingest;
+pub mod prune;
 pub mod ring;
 pub mod supervisor;
 pub mod telemetry;

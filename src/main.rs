@@ -31,6 +31,36 @@ enum Command {
         #[arg(short, long, default_value = "configs/edgevlm.toml")]
         config: PathBuf,
     },
+    /// DiffFP masks of a clip, one JSON line per frame (inspection and parity checks).
+    Prune {
+        /// Consecutive packed RGB24 frames of --width x --height.
+        #[arg(long, conflicts_with = "uri", required_unless_present = "uri")]
+        raw: Option<PathBuf>,
+        /// A video source instead (rtsp://, file://, test://, …), ingested at the model geometry.
+        #[arg(long)]
+        uri: Option<String>,
+        /// Frame width (multiple of 28); with --uri, default from the source.
+        #[arg(long)]
+        width: Option<u32>,
+        /// Frame height (multiple of 28).
+        #[arg(long)]
+        height: Option<u32>,
+        /// reference (VideoLLaMA3, default), adaptive (ours) or off.
+        #[arg(long, default_value = "reference")]
+        mode: String,
+        /// Threshold on 255 * mean |diff| of normalised values.
+        #[arg(long, default_value_t = 0.1)]
+        threshold: f32,
+        /// Tokens kept per frame at least.
+        #[arg(long, default_value_t = 1)]
+        min_tokens: usize,
+        /// With --uri: sampling rate.
+        #[arg(long, default_value_t = 1.0)]
+        sample_fps: f64,
+        /// With --uri: frames to prune.
+        #[arg(long, default_value_t = 10)]
+        frames: usize,
+    },
     /// Print a one-screen summary of a running instance (through its control socket).
     Status {
         /// Configuration of the running instance (to find its control socket).
@@ -90,6 +120,70 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Command::Validate { file } => validate(&file),
+        Command::Prune {
+            raw,
+            uri,
+            width,
+            height,
+            mode,
+            threshold,
+            min_tokens,
+            sample_fps,
+            frames,
+        } => {
+            let mode = match mode.parse() {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("error: --mode: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let params = edgevlm::prune::PruneParams {
+                mode,
+                threshold,
+                min_tokens,
+                ..Default::default()
+            };
+            if let Err(e) = params.validate() {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            match (raw, uri) {
+                (Some(raw), _) => {
+                    let (Some(w), Some(h)) = (width, height) else {
+                        eprintln!("error: --raw needs --width and --height");
+                        return ExitCode::from(2);
+                    };
+                    let mut out = std::io::stdout().lock();
+                    match edgevlm::prune::inspect::raw_file(
+                        &raw, w as usize, h as usize, params, &mut out,
+                    ) {
+                        Ok(_) => ExitCode::SUCCESS,
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            ExitCode::FAILURE
+                        }
+                    }
+                }
+                (None, Some(uri)) => {
+                    let uri = match SourceUri::parse(&uri) {
+                        Ok(u) => u,
+                        Err(e) => {
+                            eprintln!("error: --uri: {e}");
+                            return ExitCode::from(2);
+                        }
+                    };
+                    let mut cam = CameraConfig::new("prune", uri);
+                    cam.sample_fps = sample_fps;
+                    cam.prune = params;
+                    if let (Some(w), Some(h)) = (width, height) {
+                        cam.size = Some((w, h));
+                    }
+                    report(runtime().and_then(|rt| rt.block_on(prune_uri(cam, frames))))
+                }
+                (None, None) => ExitCode::from(2),
+            }
+        }
         Command::Status {
             config,
             socket,
@@ -328,6 +422,38 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+async fn prune_uri(cam: CameraConfig, frames: usize) -> anyhow::Result<()> {
+    let vision = edgevlm::config::VisionConfig::default();
+    let mut pruner: Option<edgevlm::prune::Pruner> = None;
+    let mut failure = None;
+    let mut index = 0;
+    edgevlm::ingest::probe(&cam, &vision, frames, |f| {
+        if failure.is_some() {
+            return;
+        }
+        let (w, h) = (f.width as usize, f.height as usize);
+        if pruner.is_none() {
+            match edgevlm::prune::Pruner::new(w, h, cam.prune) {
+                Ok(p) => pruner = Some(p),
+                Err(e) => failure = Some(e.to_string()),
+            }
+        }
+        if let Some(p) = pruner.as_mut() {
+            match p.push(&f.rgb, w * 3) {
+                Ok(d) => println!("{}", edgevlm::prune::inspect::json_line(index, d)),
+                Err(e) => failure = Some(e.to_string()),
+            }
+            index += 1;
+        }
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    match failure {
+        Some(e) => Err(anyhow::anyhow!(e)),
+        None => Ok(()),
+    }
 }
 
 async fn status(socket: PathBuf, json: bool) -> anyhow::Result<()> {

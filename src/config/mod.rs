@@ -117,6 +117,8 @@ pub struct CameraConfig {
     pub latency_ms: u32,
     /// RTSP credentials, if any.
     pub credentials: Option<CredentialSource>,
+    /// DiffFP parameters (reference values by default).
+    pub prune: crate::prune::PruneParams,
 }
 
 impl CameraConfig {
@@ -138,6 +140,7 @@ impl CameraConfig {
             rtsp_transport: RtspTransport::Tcp,
             latency_ms: 200,
             credentials: None,
+            prune: crate::prune::PruneParams::default(),
         }
     }
 
@@ -197,7 +200,11 @@ impl Config {
         let mut cams: Vec<String> = self
             .cameras
             .iter()
-            .take(if self.cameras.len() > LISTED + 1 { LISTED } else { LISTED + 1 })
+            .take(if self.cameras.len() > LISTED + 1 {
+                LISTED
+            } else {
+                LISTED + 1
+            })
             .map(|c| {
                 format!(
                     "{} ({}, {} fps, {} s window{})",
@@ -608,6 +615,7 @@ fn decode_camera(
             format!("credentials only apply to rtsp:// sources, not {uri}"),
         );
     }
+    let prune = decode_prune(&mut f, size, sink);
     f.finish(sink);
 
     let uri = uri?;
@@ -638,7 +646,64 @@ fn decode_camera(
         rtsp_transport,
         latency_ms,
         credentials,
+        prune,
     })
+}
+
+/// DiffFP keys of a camera; the defaults are the reference values (REFERENCE §1a).
+fn decode_prune(
+    f: &mut Fields<'_>,
+    size: Option<(u32, u32)>,
+    sink: &mut Sink,
+) -> crate::prune::PruneParams {
+    use crate::prune::{PruneMode, PruneParams};
+    let d = PruneParams::default();
+    let mode = match f.opt::<String>("prune_mode", sink) {
+        None => d.mode,
+        Some(m) => m.parse::<PruneMode>().unwrap_or_else(|e| {
+            sink.error(f.path_of("prune_mode"), e.to_string());
+            d.mode
+        }),
+    };
+    let threshold: f64 = f.get("prune_threshold", f64::from(d.threshold), sink);
+    if !(threshold.is_finite() && (0.0..=510.0).contains(&threshold)) {
+        sink.error(
+            f.path_of("prune_threshold"),
+            format!("must be between 0 and 510 (255 * mean |diff| of values in [-1, 1]), got {threshold}"),
+        );
+    }
+    let min_tokens: u32 = f.get("prune_min_tokens", d.min_tokens as u32, sink);
+    if min_tokens < 1 {
+        sink.error(
+            f.path_of("prune_min_tokens"),
+            "must be >= 1 (every frame keeps a token), got 0",
+        );
+    }
+    if let Some((w, h)) = size
+        && min_tokens > (w / 28) * (h / 28)
+    {
+        sink.error(
+            f.path_of("prune_min_tokens"),
+            format!(
+                "must be <= the {} tokens of a {w}x{h} frame, got {min_tokens}",
+                (w / 28) * (h / 28)
+            ),
+        );
+    }
+    let merge: u32 = f.get("prune_merge_size", d.merge as u32, sink);
+    if !(merge == 1 || merge == 2) {
+        sink.error(
+            f.path_of("prune_merge_size"),
+            format!("must be 1 (14 px tokens) or 2 (28 px tokens, the video default), got {merge}"),
+        );
+    }
+    PruneParams {
+        mode,
+        threshold: threshold as f32,
+        min_tokens: min_tokens.max(1) as usize,
+        patch: 14,
+        merge: if merge == 1 { 1 } else { 2 },
+    }
 }
 
 /// Expands a leading `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`) in a password path.

@@ -688,6 +688,7 @@ fn new_sample_handler(
             width: info.width(),
             height: info.height(),
             rgb,
+            tokens: None,
         };
         if producer.try_push(frame).is_err() {
             Counters::bump(&shared.counters.overflow);

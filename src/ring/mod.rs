@@ -11,6 +11,8 @@ mod window;
 pub use sampler::{SampleDecision, Sampler};
 pub use window::{Window, WindowInfo};
 
+use crate::prune::Decision;
+
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +34,24 @@ pub struct Frame {
     pub height: u32,
     /// `width * height * 3` bytes, row-major RGB.
     pub rgb: Box<[u8]>,
+    /// DiffFP's decision for this frame (set by the camera task before the frame enters the
+    /// window; `None` if pruning could not run for this geometry).
+    pub tokens: Option<TokenMask>,
+}
+
+/// Which visual tokens of a frame DiffFP keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenMask {
+    /// One flag per merged token, rows of tokens top to bottom, left to right.
+    pub keep: Box<[bool]>,
+    /// Tokens kept.
+    pub kept: usize,
+    /// The first frame of the camera's stream (or after a restart): kept whole.
+    pub key_frame: bool,
+    /// Every block is bit-identical to the previous frame: its encoder output can be reused.
+    pub identical: bool,
+    /// The threshold applied (reference units; adaptive mode reports its own).
+    pub threshold: f32,
 }
 
 impl fmt::Debug for Frame {
@@ -43,6 +63,7 @@ impl fmt::Debug for Frame {
             .field("pts", &self.pts)
             .field("size", &format_args!("{}x{}", self.width, self.height))
             .field("bytes", &self.rgb.len())
+            .field("kept", &self.tokens.as_ref().map(|t| t.kept))
             .finish()
     }
 }
@@ -81,6 +102,14 @@ pub struct Counters {
     pub overflow: AtomicU64,
     /// Pipeline restarts.
     pub restarts: AtomicU64,
+    /// Visual tokens of pruned frames, before pruning.
+    pub tokens_total: AtomicU64,
+    /// Visual tokens DiffFP kept.
+    pub tokens_kept: AtomicU64,
+    /// Frames bit-identical to their predecessor (encoder output reusable).
+    pub frames_identical: AtomicU64,
+    /// DiffFP's current threshold (f32 bits; adaptive mode moves it).
+    pub prune_threshold_bits: std::sync::atomic::AtomicU32,
 }
 
 /// A consistent-enough copy of [`Counters`] for status lines.
@@ -98,9 +127,58 @@ pub struct CounterSnapshot {
     pub overflow: u64,
     /// Pipeline restarts.
     pub restarts: u64,
+    /// Visual tokens before pruning.
+    pub tokens_total: u64,
+    /// Visual tokens kept by DiffFP.
+    pub tokens_kept: u64,
+    /// Frames bit-identical to their predecessor.
+    pub frames_identical: u64,
+}
+
+impl CounterSnapshot {
+    /// Share of visual tokens DiffFP kept (1.0 before any frame).
+    pub fn kept_ratio(&self) -> f64 {
+        if self.tokens_total == 0 {
+            1.0
+        } else {
+            self.tokens_kept as f64 / self.tokens_total as f64
+        }
+    }
+}
+
+impl TokenMask {
+    /// Copies a pruner decision (the pruner reuses its buffers for the next frame).
+    pub fn from_decision(d: &Decision) -> Self {
+        TokenMask {
+            keep: d.keep().into(),
+            kept: d.kept(),
+            key_frame: d.key_frame(),
+            identical: d.identical(),
+            threshold: d.threshold_used(),
+        }
+    }
 }
 
 impl Counters {
+    /// Records one pruned frame.
+    pub fn record_prune(&self, mask: &TokenMask) {
+        self.tokens_total
+            .fetch_add(mask.keep.len() as u64, Ordering::Relaxed);
+        self.tokens_kept
+            .fetch_add(mask.kept as u64, Ordering::Relaxed);
+        if mask.identical {
+            Self::bump(&self.frames_identical);
+        }
+        self.prune_threshold_bits
+            .store(mask.threshold.to_bits(), Ordering::Relaxed);
+    }
+
+    /// DiffFP's current threshold, once a frame was pruned.
+    pub fn prune_threshold(&self) -> Option<f32> {
+        (self.tokens_total.load(Ordering::Relaxed) > 0)
+            .then(|| f32::from_bits(self.prune_threshold_bits.load(Ordering::Relaxed)))
+    }
+
     /// Adds one to a counter.
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
@@ -119,6 +197,9 @@ impl Counters {
             late,
             overflow,
             restarts: self.restarts.load(Ordering::Relaxed),
+            tokens_total: self.tokens_total.load(Ordering::Relaxed),
+            tokens_kept: self.tokens_kept.load(Ordering::Relaxed),
+            frames_identical: self.frames_identical.load(Ordering::Relaxed),
         }
     }
 }

@@ -121,6 +121,7 @@ mod tests {
             width: 28,
             height: 28,
             rgb: vec![0; 28 * 28 * 3].into_boxed_slice(),
+            tokens: None,
         })
     }
 

@@ -13,7 +13,8 @@ pub use report::{CameraReport, RateMeter};
 
 use crate::config::{CameraConfig, Config, VisionConfig};
 use crate::ingest::{CameraShared, IngestError, Session, SessionEvent};
-use crate::ring::Window;
+use crate::prune::Pruner;
+use crate::ring::{Frame, TokenMask, Window};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -278,6 +279,8 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
     let (tx, rx) = watch::channel(CameraStatus::new(CameraState::Starting, None));
     let tx = Arc::new(tx);
     let camera = CameraTask {
+        pruner: None,
+        prune_failed: None,
         cfg: cfg.clone(),
         vision,
         shared: shared.clone(),
@@ -322,6 +325,10 @@ enum Outcome {
 }
 
 struct CameraTask {
+    /// DiffFP state, created when the first frame shows the geometry.
+    pruner: Option<Pruner>,
+    /// Why pruning is off for this camera, once it failed (logged once).
+    prune_failed: Option<String>,
     cfg: CameraConfig,
     vision: VisionConfig,
     shared: Arc<CameraShared>,
@@ -411,8 +418,44 @@ impl CameraTask {
         }
     }
 
+    /// DiffFP on a sampled frame, against the previous sampled frame of the camera.
+    fn prune(&mut self, frame: &Frame) -> Option<TokenMask> {
+        let (w, h) = (frame.width as usize, frame.height as usize);
+        let fits = |p: &Pruner| p.geometry().width() == w && p.geometry().height() == h;
+        if !self.pruner.as_ref().is_some_and(fits) {
+            match Pruner::new(w, h, self.cfg.prune) {
+                Ok(p) => self.pruner = Some(p),
+                Err(e) => {
+                    self.prune_off(format!("pruner for {w}x{h}: {e}"));
+                    return None;
+                }
+            }
+        }
+        let decision = match self.pruner.as_mut()?.push(&frame.rgb, w * 3) {
+            Ok(d) => d,
+            Err(e) => {
+                self.prune_off(e.to_string());
+                return None;
+            }
+        };
+        let mask = TokenMask::from_decision(decision);
+        self.shared.counters.record_prune(&mask);
+        Some(mask)
+    }
+
+    fn prune_off(&mut self, why: String) {
+        if self.prune_failed.is_none() {
+            tracing::error!(camera = %self.cfg.id, reason = %why, "DiffFP cannot run; frames keep every token");
+        }
+        self.prune_failed = Some(why);
+    }
+
     async fn run_once(&mut self) -> Outcome {
         self.shared.beat();
+        // After a restart the previous frame is from before the outage: start from a key frame.
+        if let Some(p) = &mut self.pruner {
+            p.reset();
+        }
         self.status.send_modify(|s| {
             s.state = CameraState::Starting;
             s.since = Instant::now();
@@ -438,7 +481,8 @@ impl CameraTask {
                 _ = self.shutdown.changed() => break Outcome::Shutdown,
                 event = session.next_event() => match event {
                     SessionEvent::FramesReady => {
-                        while let Some(frame) = session.pop_frame() {
+                        while let Some(mut frame) = session.pop_frame() {
+                            frame.tokens = self.prune(&frame);
                             self.window.push(Arc::new(frame));
                         }
                         if !running {

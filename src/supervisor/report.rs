@@ -62,6 +62,12 @@ pub struct CameraReport {
     pub window_span_secs: f64,
     /// Seconds in the current state.
     pub state_secs: f64,
+    /// DiffFP mode.
+    pub prune_mode: String,
+    /// Share of visual tokens DiffFP kept so far.
+    pub kept_ratio: f64,
+    /// DiffFP's current threshold (adaptive mode moves it), once a frame was pruned.
+    pub prune_threshold: Option<f32>,
     /// Cumulative counters.
     pub counters: CounterSnapshot,
 }
@@ -97,6 +103,9 @@ impl CameraReport {
                 _ => 0.0,
             },
             state_secs: now.duration_since(status.since).as_secs_f64(),
+            prune_mode: handle.config.prune.mode.to_string(),
+            kept_ratio: counters.kept_ratio(),
+            prune_threshold: handle.shared.counters.prune_threshold(),
             counters,
         }
     }
@@ -104,7 +113,7 @@ impl CameraReport {
     /// One human-readable line.
     pub fn line(&self) -> String {
         let mut s = format!(
-            "{}: {} | in {:.1} fps, sampled {:.2} fps | window {} frames / {:.0} s | {} | restarts {}",
+            "{}: {} | in {:.1} fps, sampled {:.2} fps | window {} frames / {:.0} s | {} | kept {:.0}% ({}) | restarts {}",
             self.camera,
             self.state,
             self.fps_in,
@@ -115,6 +124,8 @@ impl CameraReport {
                 .as_deref()
                 .map(|g| format!("{g} ({} tokens)", self.tokens_per_frame.unwrap_or(0)))
                 .unwrap_or_else(|| "geometry pending".into()),
+            self.kept_ratio * 100.0,
+            self.prune_mode,
             self.counters.restarts,
         );
         if let Some(r) = &self.reason {

@@ -36,7 +36,7 @@ pub fn render(views: &[CameraView]) -> String {
         &'static str,
         fn(&CameraView) -> f64,
     );
-    let metrics: [Metric; 11] = [
+    let metrics: [Metric; 16] = [
         (
             "edgevlm_camera_frames_in_total",
             "counter",
@@ -101,6 +101,41 @@ pub fn render(views: &[CameraView]) -> String {
                     (Some(a), Some(b)) => (b - a).as_secs_f64(),
                     _ => 0.0,
                 }
+            },
+        ),
+        (
+            "edgevlm_camera_tokens_total",
+            "counter",
+            "Visual tokens of sampled frames before DiffFP.",
+            |v| v.shared.counters.snapshot().tokens_total as f64,
+        ),
+        (
+            "edgevlm_camera_tokens_kept_total",
+            "counter",
+            "Visual tokens DiffFP kept.",
+            |v| v.shared.counters.snapshot().tokens_kept as f64,
+        ),
+        (
+            "edgevlm_camera_frames_identical_total",
+            "counter",
+            "Frames bit-identical to their predecessor (encoder output reusable).",
+            |v| v.shared.counters.snapshot().frames_identical as f64,
+        ),
+        (
+            "edgevlm_camera_kept_token_ratio",
+            "gauge",
+            "Share of visual tokens DiffFP kept since start.",
+            |v| v.shared.counters.snapshot().kept_ratio(),
+        ),
+        (
+            "edgevlm_camera_prune_threshold",
+            "gauge",
+            "DiffFP threshold in use (adaptive mode moves it).",
+            |v| {
+                v.shared
+                    .counters
+                    .prune_threshold()
+                    .map_or(f64::NAN, f64::from)
             },
         ),
         (

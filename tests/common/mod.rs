@@ -1,6 +1,7 @@
 //! Fixtures shared by the integration tests: real RTSP cameras, in-process or as child processes.
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 
+pub mod frames;
 pub mod rtsp;
 
 use std::io::{BufRead, BufReader};
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use frames::{Frame, Rng};
 pub use rtsp::{CameraSpec, RtspServer};
 
 /// Polls `cond` every 50 ms until it holds or `timeout` passes; returns whether it held.
