@@ -260,35 +260,40 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
     let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size));
     // One spare slot: timestamps jitter around the window's edge.
     let window = Arc::new(Window::new(cfg.window, cfg.window_frames() + 1));
-    if !cfg.enabled {
-        let (_tx, rx) = watch::channel(CameraStatus::new(
+    let initial = if cfg.enabled {
+        CameraStatus::new(CameraState::Starting, None)
+    } else {
+        CameraStatus::new(
             CameraState::Stopped,
             Some("disabled in the configuration".into()),
-        ));
+        )
+    };
+    let (tx, rx) = watch::channel(initial);
+    let view = CameraView {
+        config: cfg,
+        window,
+        shared,
+        status: rx,
+    };
+    if !view.config.enabled {
         return CameraHandle {
-            view: CameraView {
-                config: cfg,
-                window,
-                shared,
-                status: rx,
-            },
+            view,
             stop,
             task: None,
         };
     }
-    let (tx, rx) = watch::channel(CameraStatus::new(CameraState::Starting, None));
     let tx = Arc::new(tx);
     let camera = CameraTask {
         pruner: None,
         prune_failed: None,
-        cfg: cfg.clone(),
+        cfg: view.config.clone(),
         vision,
-        shared: shared.clone(),
-        window: window.clone(),
+        shared: view.shared.clone(),
+        window: view.window.clone(),
         status: tx.clone(),
         shutdown,
     };
-    let id = cfg.id.clone();
+    let id = view.config.id.clone();
     let task = tokio::spawn(async move {
         // A bug in one camera's task must not take the process or the other cameras down.
         if let Err(e) = tokio::spawn(camera.run()).await
@@ -303,12 +308,7 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
         }
     });
     CameraHandle {
-        view: CameraView {
-            config: cfg,
-            window,
-            shared,
-            status: rx,
-        },
+        view,
         stop,
         task: Some(task),
     }
