@@ -152,3 +152,24 @@ fn bad_sizes_missing_files_and_bad_modes_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_file(path);
 }
+
+#[test]
+fn a_live_source_is_pruned_at_the_requested_geometry() {
+    let out = edgevlm()
+        .args(["prune", "--uri", "test://ball", "--width", "112", "--height", "56"])
+        .args(["--sample-fps", "5", "--frames", "4", "--mode", "adaptive"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(lines[0]["keep"], "11111111");
+    assert_eq!(lines[0]["key_frame"], true);
+    for l in &lines {
+        assert_eq!(l["grid"], serde_json::json!([2, 4]));
+        assert!(l["threshold"].as_f64().unwrap() >= 0.1);
+    }
+}
