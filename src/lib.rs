@@ -1,7 +1,10 @@
 //! edgevlm: an embedded streaming-video runtime that lets a video language model watch live
-//! cameras. Modules follow the data flow: config, ingest, ring, supervisor (DESIGN §2).
+//! cameras. Modules follow the data flow: config, ingest, ring, supervisor, engine, generate
+//! (DESIGN §2).
 
 pub mod config;
+pub mod engine;
+pub mod generate;
 pub mod ingest;
 pub mod ring;
 pub mod supervisor;

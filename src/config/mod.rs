@@ -3,9 +3,11 @@
 //! `docs/CONFIG.md` documents every key and default; a test keeps it in step with [`known_keys`].
 
 mod decode;
+mod engine;
 mod source;
 
 pub use decode::{ConfigError, ConfigErrors};
+pub use engine::EngineConfig;
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
 
 use decode::{Fields, Sink};
@@ -21,6 +23,8 @@ pub struct Config {
     pub vision: VisionConfig,
     /// Cameras in file order.
     pub cameras: Vec<CameraConfig>,
+    /// The model and how it runs (`[engine]`).
+    pub engine: EngineConfig,
 }
 
 /// Process-wide settings (`[runtime]`).
@@ -212,7 +216,7 @@ pub fn known_keys() -> Vec<String> {
         "cameras".into(),
         toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
     );
-    for section in ["runtime", "vision"] {
+    for section in ["runtime", "vision", "engine"] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
     let mut sink = Sink::default();
@@ -228,6 +232,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let runtime = decode_runtime(runtime_t, sink);
     let vision_t = top.table("vision", sink).unwrap_or(&empty);
     let vision = decode_vision(vision_t, sink);
+    let engine_t = top.table("engine", sink).unwrap_or(&empty);
+    let engine = engine::decode_engine(engine_t, sink);
 
     let mut cameras = Vec::new();
     match top.raw("cameras", sink) {
@@ -274,6 +280,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         runtime,
         vision,
         cameras,
+        engine,
     }
 }
 

@@ -1,0 +1,251 @@
+//! The TensorRT execution provider (cargo feature `tensorrt`): fp16 engines built by ONNX Runtime
+//! and cached under the state directory, one optimisation profile per model derived from the
+//! manifest and the camera geometries, optional Jetson DLA.
+//!
+//! The profile and cache-key code below is plain arithmetic and is compiled (and tested) on every
+//! build; only the registration needs the feature.
+
+use super::error::EngineError;
+use super::manifest::{Manifest, TextSpec};
+use super::provider::SessionPlan;
+use crate::ingest::Geometry;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// One TensorRT optimisation profile: min/opt/max shape of every dynamic input.
+///
+/// ONNX Runtime takes it as `name:d0xd1x...,name2:...` strings (`trt_profile_*_shapes`, like
+/// trtexec's `--minShapes`); one profile is a box, so several geometries are covered by their
+/// bounding range with the largest as the shape TensorRT tunes for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// `(input, min, opt, max)` for each dynamic input.
+    pub inputs: Vec<(String, Vec<i64>, Vec<i64>, Vec<i64>)>,
+}
+
+impl Profile {
+    /// `trt_profile_min_shapes`.
+    pub fn min_shapes(&self) -> String {
+        self.render(|(_, min, _, _)| min)
+    }
+
+    /// `trt_profile_opt_shapes`.
+    pub fn opt_shapes(&self) -> String {
+        self.render(|(_, _, opt, _)| opt)
+    }
+
+    /// `trt_profile_max_shapes`.
+    pub fn max_shapes(&self) -> String {
+        self.render(|(_, _, _, max)| max)
+    }
+
+    fn render(
+        &self,
+        pick: impl Fn(&(String, Vec<i64>, Vec<i64>, Vec<i64>)) -> &Vec<i64>,
+    ) -> String {
+        self.inputs
+            .iter()
+            .map(|entry| {
+                let dims: Vec<String> = pick(entry).iter().map(i64::to_string).collect();
+                format!("{}:{}", entry.0, dims.join("x"))
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// The vision encoder's profile: 1..=`batch_frames` frames, heights and widths spanning the
+/// geometries (the largest is the tuned shape). With no geometry known the range is one token up to
+/// 1288x728 (a single 720p frame at the reference budget).
+pub fn vision_profile(m: &Manifest, geometries: &[Geometry], batch_frames: usize) -> Profile {
+    let px = i64::from(m.vision.token_px());
+    let (min_h, max_h, min_w, max_w, opt) = if geometries.is_empty() {
+        (px, 728, px, 1288, (196, 336))
+    } else {
+        let hs = geometries.iter().map(|g| i64::from(g.height));
+        let ws = geometries.iter().map(|g| i64::from(g.width));
+        let largest = geometries
+            .iter()
+            .max_by_key(|g| g.tokens())
+            .map(|g| (i64::from(g.height), i64::from(g.width)))
+            .unwrap_or((px, px));
+        (
+            hs.clone().min().unwrap_or(px),
+            hs.max().unwrap_or(px),
+            ws.clone().min().unwrap_or(px),
+            ws.max().unwrap_or(px),
+            largest,
+        )
+    };
+    let t = batch_frames.max(1) as i64;
+    Profile {
+        inputs: vec![(
+            m.vision.input.clone(),
+            vec![1, 3, min_h, min_w],
+            vec![1, 3, opt.0, opt.1],
+            vec![t, 3, max_h, max_w],
+        )],
+    }
+}
+
+/// The embedding's profile: 1..=`chunk` ids, tuned for one (decoding).
+pub fn embed_profile(m: &Manifest, chunk: usize) -> Profile {
+    let chunk = chunk.max(1) as i64;
+    Profile {
+        inputs: vec![(
+            m.text.input_ids.clone(),
+            vec![1, 1],
+            vec![1, 1],
+            vec![1, chunk],
+        )],
+    }
+}
+
+/// The decoder's profile: 1..=`chunk` new tokens (tuned for one: decoding dominates), a past of
+/// 0..max_context-1 positions (tuned for half the context).
+///
+/// The zero-length past of the first call is part of the range; TensorRT supports empty tensors,
+/// but whether every TensorRT version builds this graph with them is unverified (no GPU here).
+pub fn decoder_profile(m: &Manifest, chunk: usize) -> Profile {
+    let t = &m.text;
+    let chunk = chunk.max(1) as i64;
+    let ctx = i64::from(t.max_context);
+    let (hidden, kv, hd) = (
+        i64::from(t.hidden_size),
+        i64::from(t.num_kv_heads),
+        i64::from(t.head_dim),
+    );
+    let mut inputs = vec![
+        (
+            t.inputs_embeds.clone(),
+            vec![1, 1, hidden],
+            vec![1, 1, hidden],
+            vec![1, chunk, hidden],
+        ),
+        (
+            t.attention_mask.clone(),
+            vec![1, 1],
+            vec![1, ctx / 2],
+            vec![1, ctx],
+        ),
+        (
+            t.position_ids.clone(),
+            vec![1, 1],
+            vec![1, 1],
+            vec![1, chunk],
+        ),
+    ];
+    for i in 0..t.num_layers {
+        for pattern in [&t.past_key, &t.past_value] {
+            inputs.push((
+                TextSpec::layer_name(pattern, i),
+                vec![1, kv, 0, hd],
+                vec![1, kv, ctx / 2, hd],
+                vec![1, kv, ctx - 1, hd],
+            ));
+        }
+    }
+    Profile { inputs }
+}
+
+/// `state_dir/engines/tensorrt/<family>-<dir>-<hash>-ort<version>`: TensorRT engines are only valid
+/// for the graph, the ONNX Runtime build and the GPU they were built with, so the key changes when
+/// the model files change (size or mtime) or ONNX Runtime is upgraded. ONNX Runtime adds the GPU's
+/// compute capability to each engine file name itself.
+pub fn cache_dir(state_dir: &Path, m: &Manifest, ort_version: &str) -> PathBuf {
+    let mut h = Sha256::new();
+    if let Ok(text) = std::fs::read(m.dir.join("manifest.toml")) {
+        h.update(&text);
+    }
+    for (key, path) in m.file_paths() {
+        h.update(key.as_bytes());
+        if let Ok(meta) = std::fs::metadata(&path) {
+            h.update(meta.len().to_le_bytes());
+            let mtime = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            h.update(mtime.to_le_bytes());
+        }
+    }
+    let digest = h.finalize();
+    let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let dir_name = m
+        .dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "model".into());
+    state_dir
+        .join("engines")
+        .join("tensorrt")
+        .join(format!("{}-{dir_name}-{hash}-ort{ort_version}", m.family))
+}
+
+/// Registers TensorRT (then CUDA for what TensorRT rejects, microsoft/onnxruntime#1837), both
+/// failing the session instead of falling back to the CPU.
+#[cfg(feature = "tensorrt")]
+pub(crate) fn register(
+    builder: ort::session::builder::SessionBuilder,
+    plan: &SessionPlan<'_>,
+    file: &Path,
+) -> Result<ort::session::builder::SessionBuilder, EngineError> {
+    use super::provider::{ProviderKind, unavailable};
+    use ort::ep::ExecutionProvider;
+    if !<ort::ep::TensorRT as ExecutionProvider>::is_available().unwrap_or(false) {
+        return Err(unavailable(
+            ProviderKind::TensorRt,
+            file,
+            format!(
+                "the ONNX Runtime library {} was built without the TensorRT execution provider",
+                plan.library.display()
+            ),
+        ));
+    }
+    std::fs::create_dir_all(plan.cache_dir).map_err(|e| EngineError::Io {
+        path: plan.cache_dir.to_path_buf(),
+        source: e,
+    })?;
+    let dir = plan.cache_dir.display().to_string();
+    let s = plan.tensorrt;
+    let mut trt = ort::ep::TensorRT::default()
+        .with_device_id(plan.device_id)
+        .with_fp16(s.fp16)
+        .with_engine_cache(true)
+        .with_engine_cache_path(&dir)
+        .with_engine_cache_prefix(plan.role.manifest_key())
+        .with_timing_cache(true)
+        .with_timing_cache_path(&dir)
+        .with_max_workspace_size((s.workspace_mib as usize) << 20)
+        .with_builder_optimization_level(s.builder_optimization_level);
+    if let Some(core) = s.dla_core {
+        trt = trt.with_dla(true).with_dla_core(core);
+    }
+    if let Some(p) = &plan.profile {
+        trt = trt
+            .with_profile_min_shapes(p.min_shapes())
+            .with_profile_opt_shapes(p.opt_shapes())
+            .with_profile_max_shapes(p.max_shapes());
+    }
+    builder
+        .with_execution_providers([
+            trt.build().error_on_failure(),
+            super::cuda::provider(plan.device_id)
+                .build()
+                .error_on_failure(),
+        ])
+        .map_err(|e| unavailable(ProviderKind::TensorRt, file, e))
+}
+
+/// Without the feature the provider does not exist in this binary.
+#[cfg(not(feature = "tensorrt"))]
+pub(crate) fn register(
+    _builder: ort::session::builder::SessionBuilder,
+    _plan: &SessionPlan<'_>,
+    _file: &Path,
+) -> Result<ort::session::builder::SessionBuilder, EngineError> {
+    Err(EngineError::ProviderNotBuilt {
+        provider: "tensorrt",
+    })
+}
