@@ -33,7 +33,7 @@ pub use tensorrt::{
 pub use text::{Decoder, DecoderOutput, Embedder, LogitRows, PastKv};
 pub use tokenizer::{SpecialText, Tokenizer};
 pub use vision::{VisionEncoder, VisualTokens};
-pub use warm::{BuildReport, build_engines};
+pub use warm::{BuildReport, build_engines, warm_up};
 
 use crate::ingest::Geometry;
 use provider::SessionPlan;

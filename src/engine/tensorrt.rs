@@ -249,3 +249,60 @@ pub(crate) fn register(
         provider: "tensorrt",
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn tiny() -> Manifest {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+        Manifest::load(&dir).expect("the tiny model (run scripts/setup.sh)")
+    }
+
+    #[test]
+    fn the_vision_profile_spans_the_camera_geometries_and_tunes_for_the_largest() {
+        let g = |width, height| Geometry { width, height };
+        let p = vision_profile(&tiny(), &[g(280, 140), g(336, 196), g(308, 224)], 4);
+        assert_eq!(p.min_shapes(), "pixel_values:1x3x140x280");
+        assert_eq!(p.opt_shapes(), "pixel_values:1x3x224x308"); // 88 tokens beat 336x196's 84
+        assert_eq!(p.max_shapes(), "pixel_values:4x3x224x336");
+    }
+
+    #[test]
+    fn the_decoder_profile_covers_an_empty_past_up_to_the_context() {
+        let p = decoder_profile(&tiny(), 512);
+        let min = p.min_shapes();
+        let max = p.max_shapes();
+        assert!(
+            min.starts_with("inputs_embeds:1x1x64,attention_mask:1x1,position_ids:1x1,"),
+            "{min}"
+        );
+        assert!(min.contains("past_key_values.1.value:1x2x0x16"), "{min}");
+        assert!(
+            max.contains("inputs_embeds:1x512x64,attention_mask:1x4096,position_ids:1x512"),
+            "{max}"
+        );
+        assert!(
+            max.ends_with("past_key_values.1.value:1x2x4095x16"),
+            "{max}"
+        );
+        assert_eq!(p.inputs.len(), 3 + 4);
+        assert_eq!(embed_profile(&tiny(), 512).max_shapes(), "input_ids:1x512");
+    }
+
+    #[test]
+    fn the_engine_cache_is_keyed_by_model_files_and_onnx_runtime_version() {
+        let m = tiny();
+        let state = Path::new("/var/lib/edgevlm");
+        let a = cache_dir(state, &m, "1.32.0");
+        assert!(a.starts_with("/var/lib/edgevlm/engines/tensorrt"));
+        let name = a.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("tiny-model-") && name.ends_with("-ort1.32.0"),
+            "{name}"
+        );
+        assert_eq!(a, cache_dir(state, &m, "1.32.0"));
+        assert_ne!(a, cache_dir(state, &m, "1.23.2"));
+    }
+}
