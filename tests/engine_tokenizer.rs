@@ -248,7 +248,8 @@ fn add_prefix_space_pair_merges_and_ignore_merges_match_hugging_face_tokenizers(
 
 #[test]
 fn unsupported_tokenizer_features_are_refused_with_the_field_named() {
-    let cases: [(&str, fn(&mut Value), &str); 4] = [
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 4] = [
         (
             "wordpiece",
             |v| v["model"]["type"] = json!("WordPiece"),

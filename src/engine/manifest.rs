@@ -316,7 +316,7 @@ impl Manifest {
                 return Err(format!("vision.mean[{i}]: must be a number, got {m}"));
             }
         }
-        if t.num_heads % t.num_kv_heads != 0 {
+        if !t.num_heads.is_multiple_of(t.num_kv_heads) {
             return Err(format!(
                 "text.num_kv_heads: must divide text.num_heads ({}), got {}",
                 t.num_heads, t.num_kv_heads
@@ -350,5 +350,114 @@ impl Manifest {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What engines/videollama3/export.py writes for VideoLLaMA3-2B (its template rendered with
+    /// Qwen2.5-1.5B's shape; the ids are the derived ones of REFERENCE §1c).
+    const VIDEOLLAMA3_2B: &str = r#"# Written by engines/videollama3/export.py from DAMO-NLP-SG/VideoLLaMA3-2B.
+family = "videollama3"
+
+[files]
+vision_encoder = "vision_encoder.onnx"
+embed_tokens = "embed_tokens.onnx"
+decoder = "decoder_model_merged.onnx"
+tokenizer = "tokenizer.json"
+
+[vision]
+patch_size = 14
+merge_size = 2
+mean = [0.5, 0.5, 0.5]
+std = [0.5, 0.5, 0.5]
+input = "pixel_values"
+output = "visual_tokens"
+encoder_layers = 27
+encoder_heads = 16
+
+[text]
+hidden_size = 1536
+num_layers = 28
+num_heads = 12
+num_kv_heads = 2
+head_dim = 128
+intermediate_size = 8960
+vocab_size = 151936
+max_context = 16384
+rope_theta = 1000000.0
+rms_norm_eps = 1e-06
+dtype = "float32"
+input_ids = "input_ids"
+inputs_embeds = "inputs_embeds"
+attention_mask = "attention_mask"
+position_ids = "position_ids"
+past_key = "past_key_values.{i}.key"
+past_value = "past_key_values.{i}.value"
+present_key = "present.{i}.key"
+present_value = "present.{i}.value"
+logits = "logits"
+
+[special_tokens]
+endoftext = 151643
+im_start = 151644
+im_end = 151645
+image = 151646
+stream_start = 151647
+stream_end = 151648
+
+[chat_template]
+system_prefix = "<|im_start|>system\n"
+user_prefix = "<|im_start|>user\n"
+assistant_prefix = "<|im_start|>assistant\n"
+turn_end = "<|im_end|>\n"
+stream_prefix = "<|stream_start|>stream\n"
+stream_end = "<|stream_end|>\n"
+default_system = "You are a helpful assistant."
+
+[generator]
+script = "engines/videollama3/export.py"
+script_version = "1"
+source = "DAMO-NLP-SG/VideoLLaMA3-2B"
+opset = 17
+
+[generator.sha256]
+"decoder_model_merged.onnx" = "00"
+"#;
+
+    #[test]
+    fn the_manifest_the_videollama3_export_writes_parses() {
+        let m = Manifest::parse(VIDEOLLAMA3_2B, Path::new("engines/videollama3/model")).unwrap();
+        assert_eq!(m.family, Family::Videollama3);
+        assert_eq!(m.text.num_layers, 28);
+        assert_eq!(m.kv_bytes_per_position(), 2 * 28 * 2 * 128 * 4);
+        assert_eq!(m.chat_template.user_prefix, "<|im_start|>user\n");
+        assert_eq!(m.vision.token_px(), 28);
+        assert_eq!(m.special_tokens.image, 151646);
+    }
+
+    #[test]
+    fn a_bad_value_is_reported_with_its_key() {
+        let text = VIDEOLLAMA3_2B.replace("num_kv_heads = 2", "num_kv_heads = 5");
+        let err = Manifest::parse(&text, Path::new("m"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "m/manifest.toml: text.num_kv_heads: must divide text.num_heads (12), got 5"
+        );
+        let text = VIDEOLLAMA3_2B.replace(
+            "past_key = \"past_key_values.{i}.key\"",
+            "past_key = \"past\"",
+        );
+        let err = Manifest::parse(&text, Path::new("m"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.ends_with("text.past_key: must contain `{i}` (the layer index), got `past`"),
+            "{err}"
+        );
     }
 }

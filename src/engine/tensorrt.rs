@@ -19,35 +19,56 @@ use std::path::{Path, PathBuf};
 /// bounding range with the largest as the shape TensorRT tunes for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
-    /// `(input, min, opt, max)` for each dynamic input.
-    pub inputs: Vec<(String, Vec<i64>, Vec<i64>, Vec<i64>)>,
+    /// Every dynamic input.
+    pub inputs: Vec<ProfileInput>,
+}
+
+/// The shape range of one input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileInput {
+    /// Input name.
+    pub name: String,
+    /// Smallest shape served.
+    pub min: Vec<i64>,
+    /// Shape TensorRT tunes for.
+    pub opt: Vec<i64>,
+    /// Largest shape served.
+    pub max: Vec<i64>,
+}
+
+impl ProfileInput {
+    fn new(name: &str, min: Vec<i64>, opt: Vec<i64>, max: Vec<i64>) -> ProfileInput {
+        ProfileInput {
+            name: name.to_string(),
+            min,
+            opt,
+            max,
+        }
+    }
 }
 
 impl Profile {
     /// `trt_profile_min_shapes`.
     pub fn min_shapes(&self) -> String {
-        self.render(|(_, min, _, _)| min)
+        self.render(|i| &i.min)
     }
 
     /// `trt_profile_opt_shapes`.
     pub fn opt_shapes(&self) -> String {
-        self.render(|(_, _, opt, _)| opt)
+        self.render(|i| &i.opt)
     }
 
     /// `trt_profile_max_shapes`.
     pub fn max_shapes(&self) -> String {
-        self.render(|(_, _, _, max)| max)
+        self.render(|i| &i.max)
     }
 
-    fn render(
-        &self,
-        pick: impl Fn(&(String, Vec<i64>, Vec<i64>, Vec<i64>)) -> &Vec<i64>,
-    ) -> String {
+    fn render(&self, pick: impl Fn(&ProfileInput) -> &Vec<i64>) -> String {
         self.inputs
             .iter()
-            .map(|entry| {
-                let dims: Vec<String> = pick(entry).iter().map(i64::to_string).collect();
-                format!("{}:{}", entry.0, dims.join("x"))
+            .map(|input| {
+                let dims: Vec<String> = pick(input).iter().map(i64::to_string).collect();
+                format!("{}:{}", input.name, dims.join("x"))
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -79,8 +100,8 @@ pub fn vision_profile(m: &Manifest, geometries: &[Geometry], batch_frames: usize
     };
     let t = batch_frames.max(1) as i64;
     Profile {
-        inputs: vec![(
-            m.vision.input.clone(),
+        inputs: vec![ProfileInput::new(
+            &m.vision.input,
             vec![1, 3, min_h, min_w],
             vec![1, 3, opt.0, opt.1],
             vec![t, 3, max_h, max_w],
@@ -92,8 +113,8 @@ pub fn vision_profile(m: &Manifest, geometries: &[Geometry], batch_frames: usize
 pub fn embed_profile(m: &Manifest, chunk: usize) -> Profile {
     let chunk = chunk.max(1) as i64;
     Profile {
-        inputs: vec![(
-            m.text.input_ids.clone(),
+        inputs: vec![ProfileInput::new(
+            &m.text.input_ids,
             vec![1, 1],
             vec![1, 1],
             vec![1, chunk],
@@ -116,29 +137,24 @@ pub fn decoder_profile(m: &Manifest, chunk: usize) -> Profile {
         i64::from(t.head_dim),
     );
     let mut inputs = vec![
-        (
-            t.inputs_embeds.clone(),
+        ProfileInput::new(
+            &t.inputs_embeds,
             vec![1, 1, hidden],
             vec![1, 1, hidden],
             vec![1, chunk, hidden],
         ),
-        (
-            t.attention_mask.clone(),
+        ProfileInput::new(
+            &t.attention_mask,
             vec![1, 1],
             vec![1, ctx / 2],
             vec![1, ctx],
         ),
-        (
-            t.position_ids.clone(),
-            vec![1, 1],
-            vec![1, 1],
-            vec![1, chunk],
-        ),
+        ProfileInput::new(&t.position_ids, vec![1, 1], vec![1, 1], vec![1, chunk]),
     ];
     for i in 0..t.num_layers {
         for pattern in [&t.past_key, &t.past_value] {
-            inputs.push((
-                TextSpec::layer_name(pattern, i),
+            inputs.push(ProfileInput::new(
+                &TextSpec::layer_name(pattern, i),
                 vec![1, kv, 0, hd],
                 vec![1, kv, ctx / 2, hd],
                 vec![1, kv, ctx - 1, hd],
@@ -223,6 +239,13 @@ pub(crate) fn register(
         trt = trt.with_dla(true).with_dla_core(core);
     }
     if let Some(p) = &plan.profile {
+        tracing::info!(
+            model = plan.role.name(),
+            min = %p.min_shapes(),
+            opt = %p.opt_shapes(),
+            max = %p.max_shapes(),
+            "TensorRT profile"
+        );
         trt = trt
             .with_profile_min_shapes(p.min_shapes())
             .with_profile_opt_shapes(p.opt_shapes())

@@ -77,8 +77,11 @@ pub struct Tokenizer {
     bytes: Vec<Option<Box<[u8]>>>,
     special: Vec<bool>,
     added: Vec<AddedToken>,
-    cache: Mutex<HashMap<Box<[u8]>, Box<[u32]>>>,
+    cache: Mutex<WordCache>,
 }
+
+/// Token ids of recently seen words (pre-tokenizer pieces).
+type WordCache = HashMap<Box<[u8]>, Box<[u32]>>;
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -144,7 +144,7 @@ impl VisionEncoder {
         height: u32,
     ) -> Result<VisualTokens, EngineError> {
         let px = self.token_px;
-        if width == 0 || height == 0 || width % px != 0 || height % px != 0 {
+        if width == 0 || height == 0 || !width.is_multiple_of(px) || !height.is_multiple_of(px) {
             return Err(EngineError::input(
                 MODEL,
                 format!(

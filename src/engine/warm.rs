@@ -18,6 +18,8 @@ pub struct BuildReport {
     pub steps: Vec<(String, Duration)>,
     /// Files in the cache directory afterwards.
     pub cache_files: Vec<(String, u64)>,
+    /// `(model, profile)` of each model built on TensorRT (trtexec takes the same shapes).
+    pub profiles: Vec<(&'static str, tensorrt::Profile)>,
 }
 
 impl std::fmt::Display for BuildReport {
@@ -28,6 +30,15 @@ impl std::fmt::Display for BuildReport {
         }
         for (name, bytes) in &self.cache_files {
             writeln!(f, "  {name} ({bytes} bytes)")?;
+        }
+        for (model, p) in &self.profiles {
+            writeln!(
+                f,
+                "  {model} profile: --minShapes={} --optShapes={} --maxShapes={}",
+                p.min_shapes(),
+                p.opt_shapes(),
+                p.max_shapes()
+            )?;
         }
         Ok(())
     }
@@ -88,10 +99,26 @@ pub fn build_engines(opts: &EngineOptions, show: bool) -> Result<BuildReport, En
         })
         .unwrap_or_default();
     cache_files.sort();
+    let m = engines.manifest();
+    let chunk = engines.prefill_chunk_tokens();
+    let mut profiles = Vec::new();
+    if opts.vision_provider == ProviderKind::TensorRt {
+        profiles.push((
+            "vision encoder",
+            tensorrt::vision_profile(m, &opts.geometries, opts.vision_batch_frames),
+        ));
+    }
+    if opts.embed_provider == ProviderKind::TensorRt {
+        profiles.push(("token embedding", tensorrt::embed_profile(m, chunk)));
+    }
+    if opts.decoder_provider == ProviderKind::TensorRt {
+        profiles.push(("decoder", tensorrt::decoder_profile(m, chunk)));
+    }
     Ok(BuildReport {
         cache_dir,
         steps,
         cache_files,
+        profiles,
     })
 }
 

@@ -36,7 +36,8 @@ impl KvCache {
         }
     }
 
-    pub(crate) fn past(&self) -> &PastKv {
+    /// The decoder tensors, for driving [`crate::engine::Decoder::forward`] directly.
+    pub fn past(&self) -> &PastKv {
         &self.kv
     }
 
