@@ -5,6 +5,8 @@
 //!
 //! One [`Engines`] serves every camera: its methods take `&self` and serialise runs per model.
 
+#![warn(missing_docs)]
+
 mod contract;
 mod cpu;
 mod cuda;
@@ -518,4 +520,17 @@ pub fn sha256_file(path: &Path) -> Result<String, EngineError> {
         h.update(&buf[..n]);
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    /// One loaded model serves every camera's task, so it must cross threads.
+    #[test]
+    fn engines_and_caches_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<super::Engines>();
+        shared::<crate::generate::Generator>();
+        shared::<crate::generate::KvCache>();
+        shared::<super::VisualTokens>();
+    }
 }

@@ -7,6 +7,8 @@
 //!      └─ untouched: forks share tensors and never write to them
 //! ```
 
+#![warn(missing_docs)]
+
 mod cache;
 mod detokenize;
 mod prompt;

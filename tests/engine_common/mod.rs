@@ -47,8 +47,24 @@ pub fn python() -> PathBuf {
     py
 }
 
+/// A copy of the tiny model in a temporary directory, removed when dropped.
+pub struct TempModel(PathBuf);
+
+impl std::ops::Deref for TempModel {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A fresh copy of the tiny model directory to modify.
-pub fn tiny_copy(name: &str) -> PathBuf {
+pub fn tiny_copy(name: &str) -> TempModel {
     let dir = std::env::temp_dir().join(format!("edgevlm-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -56,7 +72,7 @@ pub fn tiny_copy(name: &str) -> PathBuf {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
     }
-    dir
+    TempModel(dir)
 }
 
 /// A deterministic RGB frame with structure in both directions.
