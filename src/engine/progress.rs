@@ -44,7 +44,11 @@ impl Progress {
     }
 
     /// Runs one step, showing `label` while it runs; returns its result and duration.
-    pub fn step<T>(&mut self, label: &str, work: impl FnOnce() -> T) -> (T, Duration) {
+    pub fn step<T, E>(
+        &mut self,
+        label: &str,
+        work: impl FnOnce() -> Result<T, E>,
+    ) -> (Result<T, E>, Duration) {
         let index = self.done + 1;
         let t0 = Instant::now();
         let result = if self.enabled && self.tty {
@@ -67,14 +71,19 @@ impl Progress {
             work()
         };
         let took = t0.elapsed();
-        self.done = index;
+        let outcome = if result.is_ok() {
+            self.done = index;
+            ""
+        } else {
+            " failed after"
+        };
         if self.enabled {
             if self.tty {
                 self.draw(index, label, took);
-                eprintln!();
+                eprintln!("{}", if outcome.is_empty() { "" } else { " failed" });
             } else {
                 eprintln!(
-                    "[{index}/{}] {label}: {:.1} s",
+                    "[{index}/{}] {label}:{outcome} {:.1} s",
                     self.total,
                     took.as_secs_f64()
                 );
