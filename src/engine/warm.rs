@@ -151,19 +151,16 @@ pub fn warm_up(
     let (r, took) = progress.step(&label, || -> Result<(), EngineError> {
         let m = engines.manifest();
         let tok = engines.tokenizer();
-        let mut ids = Vec::new();
-        while ids.len() < engines.prefill_chunk_tokens() {
-            tok.encode_into(
-                &m.chat_template.default_system,
-                SpecialText::AsText,
-                &mut ids,
-            );
+        // Any ids will do for building kernels; the system prompt's repeated to a full chunk.
+        let mut seed = tok.encode(&m.chat_template.default_system, SpecialText::AsText);
+        if seed.is_empty() {
+            seed.push(m.special_tokens.im_start);
         }
-        ids.truncate(
-            engines
-                .prefill_chunk_tokens()
-                .min(m.text.max_context as usize - 1),
-        );
+        let n = engines
+            .prefill_chunk_tokens()
+            .min(m.text.max_context as usize - 1)
+            .max(1);
+        let ids: Vec<u32> = seed.iter().copied().cycle().take(n).collect();
         let embeds = engines.embedder().embed(&ids)?;
         let positions: Vec<i64> = (0..ids.len() as i64).collect();
         let decoder = engines.decoder();
