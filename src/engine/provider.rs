@@ -71,7 +71,7 @@ pub struct TensorRtSettings {
     pub workspace_mib: u32,
     /// TensorRT builder optimisation level, 0-5 (higher builds longer, may run faster).
     pub builder_optimization_level: u8,
-    /// Run on this Jetson DLA core (0 or 1) where possible, with GPU fallback.
+    /// Run the vision encoder on this Jetson DLA core (0 or 1) where possible, with GPU fallback.
     pub dla_core: Option<u32>,
 }
 

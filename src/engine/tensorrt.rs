@@ -235,7 +235,11 @@ pub(crate) fn register(
         .with_timing_cache_path(&dir)
         .with_max_workspace_size((s.workspace_mib as usize) << 20)
         .with_builder_optimization_level(s.builder_optimization_level);
-    if let Some(core) = s.dla_core {
+    // DLA takes convolution-heavy vision work; the decoder's attention and dynamic shapes would
+    // mostly fall back to the GPU in fragments, so it stays on the GPU.
+    if let Some(core) = s.dla_core
+        && plan.role == super::provider::ModelRole::VisionEncoder
+    {
         trt = trt.with_dla(true).with_dla_core(core);
     }
     if let Some(p) = &plan.profile {
