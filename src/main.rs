@@ -113,6 +113,41 @@ enum Command {
         #[arg(long, requires = "username")]
         password_file: Option<PathBuf>,
     },
+    /// Check a model directory, or build its TensorRT engines (docs/ENGINES.md).
+    Engines {
+        #[command(subcommand)]
+        action: EnginesAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum EnginesAction {
+    /// Validate a model directory (manifest, checksums, tokenizer, tensor contract, one run of
+    /// each model) and print a summary; exit 1 with the first problem otherwise.
+    Check(EngineArgs),
+    /// Build the TensorRT engines for the cameras' geometries into the state directory.
+    Build {
+        #[command(flatten)]
+        args: EngineArgs,
+        /// A geometry to build for, WIDTHxHEIGHT (repeatable; adds to the config's cameras).
+        #[arg(long = "size", value_name = "WxH")]
+        sizes: Vec<String>,
+    },
+}
+
+#[derive(clap::Args)]
+struct EngineArgs {
+    /// Model directory (default: engine.model_dir of the configuration).
+    dir: Option<PathBuf>,
+    /// Configuration file ([engine], runtime.state_dir, camera sizes); default: built-in defaults.
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+    /// Execution provider of all three models: cpu, cuda or tensorrt.
+    #[arg(long)]
+    provider: Option<String>,
+    /// ONNX Runtime library (default: engine.onnxruntime_library, ORT_DYLIB_PATH, .venv).
+    #[arg(long)]
+    onnxruntime_library: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -260,12 +295,66 @@ fn main() -> ExitCode {
             });
             report(runtime().and_then(|rt| rt.block_on(probe(cam, frames, json))))
         }
+        Command::Engines { action } => engines(action),
+    }
+}
+
+fn engines(action: EnginesAction) -> ExitCode {
+    use edgevlm::engine::{EngineOptions, ProviderKind};
+    let (args, sizes) = match action {
+        EnginesAction::Check(args) => (args, None),
+        EnginesAction::Build { args, sizes } => (args, Some(sizes)),
+    };
+    let mut opts = match &args.config {
+        Some(path) => match load(path) {
+            Some(cfg) => EngineOptions::from_config(&cfg),
+            None => return ExitCode::from(2),
+        },
+        None => EngineOptions::cpu(edgevlm::config::EngineConfig::default().model_dir),
+    };
+    if let Some(dir) = args.dir {
+        opts.model_dir = dir;
+    }
+    if let Some(lib) = args.onnxruntime_library {
+        opts.library = Some(lib);
+    }
+    if let Some(name) = &args.provider {
+        let Some(p) = ProviderKind::from_name(name) else {
+            eprintln!("error: --provider must be cpu, cuda or tensorrt, got `{name}`");
+            return ExitCode::from(2);
+        };
+        opts = opts.with_provider(p);
+    }
+    let result = match sizes {
+        None => edgevlm::engine::check_dir(&opts).map(|r| print!("{r}")),
+        Some(sizes) => {
+            for s in sizes {
+                let parsed = s
+                    .split_once('x')
+                    .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)));
+                let Some((width, height)) = parsed else {
+                    eprintln!("error: --size must be WIDTHxHEIGHT, got `{s}`");
+                    return ExitCode::from(2);
+                };
+                opts.geometries
+                    .push(edgevlm::ingest::Geometry { width, height });
+            }
+            edgevlm::engine::build_engines(&opts, true).map(|r| print!("{r}"))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // ort's own info lines (library version notes, provider registration) are noise for users.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ort=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -156,11 +156,23 @@ fn bad_sizes_missing_files_and_bad_modes_are_refused() {
 #[test]
 fn a_live_source_is_pruned_at_the_requested_geometry() {
     let out = edgevlm()
-        .args(["prune", "--uri", "test://ball", "--width", "112", "--height", "56"])
+        .args([
+            "prune",
+            "--uri",
+            "test://ball",
+            "--width",
+            "112",
+            "--height",
+            "56",
+        ])
         .args(["--sample-fps", "5", "--frames", "4", "--mode", "adaptive"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -3,9 +3,11 @@
 //! `docs/CONFIG.md` documents every key and default; a test keeps it in step with [`known_keys`].
 
 mod decode;
+mod engine;
 mod source;
 
 pub use decode::{ConfigError, ConfigErrors};
+pub use engine::EngineConfig;
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
 
 use decode::{Fields, Sink};
@@ -23,6 +25,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Cameras in file order.
     pub cameras: Vec<CameraConfig>,
+    /// The model and how it runs (`[engine]`).
+    pub engine: EngineConfig,
 }
 
 /// How the runtime reports on itself (`[telemetry]`).
@@ -235,7 +239,7 @@ pub fn known_keys() -> Vec<String> {
         "cameras".into(),
         toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
     );
-    for section in ["runtime", "vision", "telemetry"] {
+    for section in ["runtime", "vision", "telemetry", "engine"] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
     let mut sink = Sink::default();
@@ -253,6 +257,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let vision = decode_vision(vision_t, sink);
     let telemetry_t = top.table("telemetry", sink).unwrap_or(&empty);
     let telemetry = decode_telemetry(telemetry_t, &runtime, sink);
+    let engine_t = top.table("engine", sink).unwrap_or(&empty);
+    let engine = engine::decode_engine(engine_t, base_dir, sink);
 
     let mut cameras = Vec::new();
     match top.raw("cameras", sink) {
@@ -300,6 +306,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         vision,
         telemetry,
         cameras,
+        engine,
     }
 }
 

@@ -1,0 +1,225 @@
+//! `[engine]` and `[engine.tensorrt]`: which model, which ONNX Runtime, which providers.
+
+use super::decode::{Fields, Sink};
+use crate::engine::{ProviderKind, TensorRtSettings};
+use std::path::PathBuf;
+
+/// The engine stage's settings (`[engine]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Model directory (holds `manifest.toml`).
+    pub model_dir: PathBuf,
+    /// ONNX Runtime shared library; `None` searches `ORT_DYLIB_PATH`, then the project venv.
+    pub onnxruntime_library: Option<PathBuf>,
+    /// Provider of all three models unless overridden.
+    pub provider: ProviderKind,
+    /// Override for the vision encoder.
+    pub vision_provider: Option<ProviderKind>,
+    /// Override for the token embedding.
+    pub embed_provider: Option<ProviderKind>,
+    /// Override for the decoder.
+    pub decoder_provider: Option<ProviderKind>,
+    /// GPU index for CUDA/TensorRT.
+    pub device_id: u32,
+    /// Intra-op threads shared by the sessions (0: one per physical core).
+    pub threads: u32,
+    /// Most frames per vision encoder run.
+    pub vision_batch_frames: u32,
+    /// Most tokens per decoder run while prefilling.
+    pub prefill_chunk_tokens: u32,
+    /// `[engine.tensorrt]`.
+    pub tensorrt: TensorRtSettings,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            model_dir: PathBuf::from("engines/tiny/model"),
+            onnxruntime_library: None,
+            provider: ProviderKind::Cpu,
+            vision_provider: None,
+            embed_provider: None,
+            decoder_provider: None,
+            device_id: 0,
+            threads: 0,
+            vision_batch_frames: 4,
+            prefill_chunk_tokens: 512,
+            tensorrt: TensorRtSettings::default(),
+        }
+    }
+}
+
+/// Decodes `[engine]`. Relative paths given in the file are relative to the file's directory, like
+/// every path of the configuration; the default `model_dir` is relative to the working directory
+/// (it suits running from the repository).
+pub(crate) fn decode_engine(
+    t: &toml::Table,
+    base_dir: Option<&std::path::Path>,
+    sink: &mut Sink,
+) -> EngineConfig {
+    let d = EngineConfig::default();
+    let mut f = Fields::new("engine", "engine", t);
+    let resolve = |p: PathBuf| match base_dir {
+        Some(base) if p.is_relative() => base.join(p),
+        _ => p,
+    };
+    let model_dir: PathBuf = f
+        .opt::<PathBuf>("model_dir", sink)
+        .map(resolve)
+        .unwrap_or(d.model_dir.clone());
+    let onnxruntime_library: Option<PathBuf> =
+        f.opt::<PathBuf>("onnxruntime_library", sink).map(resolve);
+    if let Some(lib) = &onnxruntime_library
+        && !lib.is_file()
+    {
+        sink.error(
+            f.path_of("onnxruntime_library"),
+            format!(
+                "{} does not exist; point it at onnxruntime/capi/libonnxruntime.so.1.* of an \
+                 onnxruntime wheel (scripts/setup.sh installs one into .venv)",
+                lib.display()
+            ),
+        );
+    }
+    let provider = decode_provider(&mut f, "provider", sink).unwrap_or(d.provider);
+    let vision_provider = decode_provider(&mut f, "vision_provider", sink);
+    let embed_provider = decode_provider(&mut f, "embed_provider", sink);
+    let decoder_provider = decode_provider(&mut f, "decoder_provider", sink);
+    let device_id: u32 = f.get("device_id", d.device_id, sink);
+    let threads: u32 = f.get("threads", d.threads, sink);
+    range(&f, "threads", threads, 0, 256, sink);
+    let vision_batch_frames: u32 = f.get("vision_batch_frames", d.vision_batch_frames, sink);
+    range(&f, "vision_batch_frames", vision_batch_frames, 1, 64, sink);
+    let prefill_chunk_tokens: u32 = f.get("prefill_chunk_tokens", d.prefill_chunk_tokens, sink);
+    range(
+        &f,
+        "prefill_chunk_tokens",
+        prefill_chunk_tokens,
+        16,
+        8192,
+        sink,
+    );
+    let empty = toml::Table::new();
+    let trt_t = f.table("tensorrt", sink).unwrap_or(&empty);
+    let tensorrt = decode_tensorrt(trt_t, sink);
+    f.finish(sink);
+    EngineConfig {
+        model_dir,
+        onnxruntime_library,
+        provider,
+        vision_provider,
+        embed_provider,
+        decoder_provider,
+        device_id,
+        threads,
+        vision_batch_frames,
+        prefill_chunk_tokens,
+        tensorrt,
+    }
+}
+
+fn decode_tensorrt(t: &toml::Table, sink: &mut Sink) -> TensorRtSettings {
+    let d = TensorRtSettings::default();
+    let mut f = Fields::new("engine.tensorrt", "engine.tensorrt", t);
+    let fp16 = f.get("fp16", d.fp16, sink);
+    let workspace_mib: u32 = f.get("workspace_mib", d.workspace_mib, sink);
+    range(&f, "workspace_mib", workspace_mib, 64, 1 << 20, sink);
+    let level: u32 = f.get(
+        "builder_optimization_level",
+        u32::from(d.builder_optimization_level),
+        sink,
+    );
+    range(&f, "builder_optimization_level", level, 0, 5, sink);
+    let dla_core: Option<u32> = f.opt("dla_core", sink);
+    if let Some(core) = dla_core {
+        range(&f, "dla_core", core, 0, 1, sink);
+    }
+    f.finish(sink);
+    TensorRtSettings {
+        fp16,
+        workspace_mib,
+        builder_optimization_level: level.min(5) as u8,
+        dla_core,
+    }
+}
+
+fn decode_provider(f: &mut Fields<'_>, key: &'static str, sink: &mut Sink) -> Option<ProviderKind> {
+    let name: String = f.opt(key, sink)?;
+    match ProviderKind::from_name(&name) {
+        Some(p) => Some(p),
+        None => {
+            sink.error(
+                f.path_of(key),
+                format!("unknown provider `{name}` (expected cpu, cuda or tensorrt)"),
+            );
+            None
+        }
+    }
+}
+
+fn range(f: &Fields<'_>, key: &str, v: u32, min: u32, max: u32, sink: &mut Sink) {
+    if !(min..=max).contains(&v) {
+        sink.error(
+            f.path_of(key),
+            format!("must be between {min} and {max}, got {v}"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const CAM: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
+
+    fn errors(text: &str) -> Vec<String> {
+        match Config::parse(&format!("{text}\n{CAM}"), None) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_engine_section_is_optional_and_defaults_to_the_tiny_model_on_the_cpu() {
+        let c = Config::parse(CAM, None).unwrap();
+        assert_eq!(c.engine, super::EngineConfig::default());
+        assert_eq!(
+            c.engine.model_dir,
+            std::path::PathBuf::from("engines/tiny/model")
+        );
+    }
+
+    #[test]
+    fn engine_keys_are_checked_with_their_paths() {
+        let errs = errors(
+            "[engine]\nprovider = \"gpu\"\nthreads = 1000\nmodel_dri = \"x\"\n\
+             [engine.tensorrt]\nbuilder_optimization_level = 9\ndla_core = 2\n",
+        );
+        for e in [
+            "engine.provider: unknown provider `gpu` (expected cpu, cuda or tensorrt)",
+            "engine.threads: must be between 0 and 256, got 1000",
+            "engine.model_dri: unknown key; did you mean `model_dir`?",
+            "engine.tensorrt.builder_optimization_level: must be between 0 and 5, got 9",
+            "engine.tensorrt.dla_core: must be between 0 and 1, got 2",
+        ] {
+            assert!(
+                errs.iter().any(|g| g.starts_with(e)),
+                "missing `{e}` in {errs:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn per_model_providers_override_the_default() {
+        let c = Config::parse(
+            &format!("[engine]\nprovider = \"cpu\"\ndecoder_provider = \"cpu\"\n{CAM}"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.engine.decoder_provider,
+            Some(crate::engine::ProviderKind::Cpu)
+        );
+        assert_eq!(c.engine.vision_provider, None);
+    }
+}

@@ -1,0 +1,463 @@
+//! `engines/<model>/manifest.toml`: what a model directory holds and the shapes and names of its
+//! tensors (DESIGN §4.4; the keys are documented in engines/tiny/README.md and docs/ENGINES.md).
+
+use super::error::EngineError;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The model family, which decides the prompt format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// The generated test model (engines/tiny); VideoLLaMA3's formats, meaningless weights.
+    Tiny,
+    /// VideoLLaMA3 (REFERENCE §1).
+    Videollama3,
+    /// Apollo (REFERENCE §2).
+    Apollo,
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Family::Tiny => "tiny",
+            Family::Videollama3 => "videollama3",
+            Family::Apollo => "apollo",
+        })
+    }
+}
+
+/// The parsed and checked manifest of one model directory.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Model family.
+    pub family: Family,
+    /// File names, relative to the directory.
+    pub files: Files,
+    /// Vision encoder geometry, normalisation and tensor names.
+    pub vision: VisionSpec,
+    /// Decoder shape and tensor names.
+    pub text: TextSpec,
+    /// Ids of the special tokens.
+    pub special_tokens: SpecialTokens,
+    /// Chat template pieces.
+    pub chat_template: ChatTemplate,
+    /// How the files were made (script, seed, checksums).
+    #[serde(default)]
+    pub generator: Option<Generator>,
+    /// The directory the manifest was read from (set by [`Manifest::load`]).
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+/// `[files]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Files {
+    /// `vision_encoder.onnx`.
+    pub vision_encoder: PathBuf,
+    /// `embed_tokens.onnx`.
+    pub embed_tokens: PathBuf,
+    /// `decoder_model_merged.onnx`.
+    pub decoder: PathBuf,
+    /// `tokenizer.json`.
+    pub tokenizer: PathBuf,
+}
+
+/// `[vision]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VisionSpec {
+    /// Patch side in pixels (14).
+    pub patch_size: u32,
+    /// Merge factor per side (2): one visual token per `patch_size * merge_size` square.
+    pub merge_size: u32,
+    /// Per-channel mean of RGB in [0, 1].
+    pub mean: [f32; 3],
+    /// Per-channel standard deviation.
+    pub std: [f32; 3],
+    /// Input tensor name (`pixel_values`).
+    pub input: String,
+    /// Output tensor name (`visual_tokens`).
+    pub output: String,
+    /// Informational: the encoder's width.
+    #[serde(default)]
+    pub encoder_hidden_size: Option<u32>,
+    /// Informational: the encoder's depth.
+    #[serde(default)]
+    pub encoder_layers: Option<u32>,
+    /// Informational: the encoder's heads.
+    #[serde(default)]
+    pub encoder_heads: Option<u32>,
+}
+
+impl VisionSpec {
+    /// Pixels per visual token side (`patch_size * merge_size`).
+    pub fn token_px(&self) -> u32 {
+        self.patch_size * self.merge_size
+    }
+}
+
+/// `[text]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextSpec {
+    /// Width of embeddings, visual tokens and the decoder.
+    pub hidden_size: u32,
+    /// Decoder layers.
+    pub num_layers: u32,
+    /// Query heads.
+    pub num_heads: u32,
+    /// Key/value heads (grouped-query attention).
+    pub num_kv_heads: u32,
+    /// Width of one head.
+    pub head_dim: u32,
+    /// Informational: MLP width.
+    #[serde(default)]
+    pub intermediate_size: Option<u32>,
+    /// Logits width (may exceed the tokenizer's size: padded embedding rows).
+    pub vocab_size: u32,
+    /// Most positions the runtime may use.
+    pub max_context: u32,
+    /// Informational: already inside the graph.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// Informational: already inside the graph.
+    #[serde(default)]
+    pub rms_norm_eps: Option<f64>,
+    /// Dtype of every float input and output; only `float32` is supported.
+    pub dtype: String,
+    /// Embedding model input (`input_ids`).
+    pub input_ids: String,
+    /// Embedding output and decoder input (`inputs_embeds`).
+    pub inputs_embeds: String,
+    /// Decoder input (`attention_mask`).
+    pub attention_mask: String,
+    /// Decoder input (`position_ids`).
+    pub position_ids: String,
+    /// Pattern with `{i}` for the past keys (`past_key_values.{i}.key`).
+    pub past_key: String,
+    /// Pattern with `{i}` for the past values.
+    pub past_value: String,
+    /// Pattern with `{i}` for the present keys (`present.{i}.key`).
+    pub present_key: String,
+    /// Pattern with `{i}` for the present values.
+    pub present_value: String,
+    /// Decoder output (`logits`).
+    pub logits: String,
+}
+
+impl TextSpec {
+    /// Name of layer `i`'s tensor from a `{i}` pattern.
+    pub fn layer_name(pattern: &str, i: u32) -> String {
+        pattern.replace("{i}", &i.to_string())
+    }
+}
+
+/// `[special_tokens]`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecialTokens {
+    /// `<|endoftext|>`.
+    pub endoftext: u32,
+    /// `<|im_start|>`.
+    pub im_start: u32,
+    /// `<|im_end|>`.
+    pub im_end: u32,
+    /// `<image>`.
+    pub image: u32,
+    /// `<|stream_start|>`.
+    pub stream_start: u32,
+    /// `<|stream_end|>`.
+    pub stream_end: u32,
+}
+
+impl SpecialTokens {
+    /// (literal, id) pairs, for checking the tokenizer.
+    pub fn pairs(&self) -> [(&'static str, u32); 6] {
+        [
+            ("<|endoftext|>", self.endoftext),
+            ("<|im_start|>", self.im_start),
+            ("<|im_end|>", self.im_end),
+            ("<image>", self.image),
+            ("<|stream_start|>", self.stream_start),
+            ("<|stream_end|>", self.stream_end),
+        ]
+    }
+}
+
+/// `[chat_template]`: Qwen's chat pieces and VideoLLaMA3's stream item (REFERENCE §1c).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatTemplate {
+    /// `<|im_start|>system\n`.
+    pub system_prefix: String,
+    /// `<|im_start|>user\n`.
+    pub user_prefix: String,
+    /// `<|im_start|>assistant\n`.
+    pub assistant_prefix: String,
+    /// `<|im_end|>\n`.
+    pub turn_end: String,
+    /// `<|stream_start|>stream\n`.
+    pub stream_prefix: String,
+    /// `<|stream_end|>\n`.
+    pub stream_end: String,
+    /// System message used when none is configured.
+    pub default_system: String,
+}
+
+/// `[generator]`: provenance of the files.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Generator {
+    /// The script that wrote the directory.
+    pub script: String,
+    /// Its version.
+    #[serde(default)]
+    pub script_version: Option<String>,
+    /// Seed of generated weights.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// ONNX opset.
+    #[serde(default)]
+    pub opset: Option<u32>,
+    /// The checkpoint exported (real models).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// sha256 of each file, by file name.
+    #[serde(default)]
+    pub sha256: BTreeMap<String, String>,
+}
+
+impl Manifest {
+    /// Reads `dir/manifest.toml` and checks its values (not yet the ONNX files).
+    pub fn load(dir: &Path) -> Result<Manifest, EngineError> {
+        let path = dir.join("manifest.toml");
+        let text = std::fs::read_to_string(&path).map_err(|e| EngineError::Manifest {
+            path: path.clone(),
+            message: if e.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "not found; {} is not a model directory (run scripts/setup.sh for the tiny model, \
+                     or engines/videollama3/export.py for a real one)",
+                    dir.display()
+                )
+            } else {
+                format!("cannot read: {e}")
+            },
+        })?;
+        Manifest::parse(&text, dir)
+    }
+
+    /// Parses manifest text that belongs to `dir`.
+    pub fn parse(text: &str, dir: &Path) -> Result<Manifest, EngineError> {
+        let path = dir.join("manifest.toml");
+        let mut m: Manifest = toml::from_str(text).map_err(|e| EngineError::Manifest {
+            path: path.clone(),
+            message: e.message().trim().to_string(),
+        })?;
+        m.dir = dir.to_path_buf();
+        if let Err(message) = m.validate() {
+            return Err(EngineError::Manifest { path, message });
+        }
+        Ok(m)
+    }
+
+    /// Absolute (dir-joined) path of a file named in `[files]`.
+    pub fn file(&self, name: &Path) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `(manifest key, path)` of the four files.
+    pub fn file_paths(&self) -> [(&'static str, PathBuf); 4] {
+        [
+            ("vision_encoder", self.file(&self.files.vision_encoder)),
+            ("embed_tokens", self.file(&self.files.embed_tokens)),
+            ("decoder", self.file(&self.files.decoder)),
+            ("tokenizer", self.file(&self.files.tokenizer)),
+        ]
+    }
+
+    /// Bytes of the KV cache per cached position (keys and values of every layer, f32).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        let t = &self.text;
+        2 * t.num_layers as usize * t.num_kv_heads as usize * t.head_dim as usize * 4
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let v = &self.vision;
+        let t = &self.text;
+        let positive = [
+            ("vision.patch_size", v.patch_size),
+            ("vision.merge_size", v.merge_size),
+            ("text.hidden_size", t.hidden_size),
+            ("text.num_layers", t.num_layers),
+            ("text.num_heads", t.num_heads),
+            ("text.num_kv_heads", t.num_kv_heads),
+            ("text.head_dim", t.head_dim),
+            ("text.vocab_size", t.vocab_size),
+            ("text.max_context", t.max_context),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(format!("{key}: must be > 0, got 0"));
+            }
+        }
+        for (i, s) in v.std.iter().enumerate() {
+            if !(s.is_finite() && *s != 0.0) {
+                return Err(format!(
+                    "vision.std[{i}]: must be a non-zero number, got {s}"
+                ));
+            }
+        }
+        for (i, m) in v.mean.iter().enumerate() {
+            if !m.is_finite() {
+                return Err(format!("vision.mean[{i}]: must be a number, got {m}"));
+            }
+        }
+        if !t.num_heads.is_multiple_of(t.num_kv_heads) {
+            return Err(format!(
+                "text.num_kv_heads: must divide text.num_heads ({}), got {}",
+                t.num_heads, t.num_kv_heads
+            ));
+        }
+        if t.dtype != "float32" {
+            return Err(format!(
+                "text.dtype: only \"float32\" inputs and outputs are supported (TensorRT's fp16 is \
+                 applied inside the engine), got \"{}\"",
+                t.dtype
+            ));
+        }
+        for (key, pattern) in [
+            ("text.past_key", &t.past_key),
+            ("text.past_value", &t.past_value),
+            ("text.present_key", &t.present_key),
+            ("text.present_value", &t.present_value),
+        ] {
+            if !pattern.contains("{i}") {
+                return Err(format!(
+                    "{key}: must contain `{{i}}` (the layer index), got `{pattern}`"
+                ));
+            }
+        }
+        for (name, id) in self.special_tokens.pairs() {
+            if id >= t.vocab_size {
+                return Err(format!(
+                    "special_tokens: id {id} of {name} is outside text.vocab_size ({})",
+                    t.vocab_size
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What engines/videollama3/export.py writes for VideoLLaMA3-2B (its template rendered with
+    /// Qwen2.5-1.5B's shape; the ids are the derived ones of REFERENCE §1c).
+    const VIDEOLLAMA3_2B: &str = r#"# Written by engines/videollama3/export.py from DAMO-NLP-SG/VideoLLaMA3-2B.
+family = "videollama3"
+
+[files]
+vision_encoder = "vision_encoder.onnx"
+embed_tokens = "embed_tokens.onnx"
+decoder = "decoder_model_merged.onnx"
+tokenizer = "tokenizer.json"
+
+[vision]
+patch_size = 14
+merge_size = 2
+mean = [0.5, 0.5, 0.5]
+std = [0.5, 0.5, 0.5]
+input = "pixel_values"
+output = "visual_tokens"
+encoder_layers = 27
+encoder_heads = 16
+
+[text]
+hidden_size = 1536
+num_layers = 28
+num_heads = 12
+num_kv_heads = 2
+head_dim = 128
+intermediate_size = 8960
+vocab_size = 151936
+max_context = 16384
+rope_theta = 1000000.0
+rms_norm_eps = 1e-06
+dtype = "float32"
+input_ids = "input_ids"
+inputs_embeds = "inputs_embeds"
+attention_mask = "attention_mask"
+position_ids = "position_ids"
+past_key = "past_key_values.{i}.key"
+past_value = "past_key_values.{i}.value"
+present_key = "present.{i}.key"
+present_value = "present.{i}.value"
+logits = "logits"
+
+[special_tokens]
+endoftext = 151643
+im_start = 151644
+im_end = 151645
+image = 151646
+stream_start = 151647
+stream_end = 151648
+
+[chat_template]
+system_prefix = "<|im_start|>system\n"
+user_prefix = "<|im_start|>user\n"
+assistant_prefix = "<|im_start|>assistant\n"
+turn_end = "<|im_end|>\n"
+stream_prefix = "<|stream_start|>stream\n"
+stream_end = "<|stream_end|>\n"
+default_system = "You are a helpful assistant."
+
+[generator]
+script = "engines/videollama3/export.py"
+script_version = "1"
+source = "DAMO-NLP-SG/VideoLLaMA3-2B"
+opset = 17
+
+[generator.sha256]
+"decoder_model_merged.onnx" = "00"
+"#;
+
+    #[test]
+    fn the_manifest_the_videollama3_export_writes_parses() {
+        let m = Manifest::parse(VIDEOLLAMA3_2B, Path::new("engines/videollama3/model")).unwrap();
+        assert_eq!(m.family, Family::Videollama3);
+        assert_eq!(m.text.num_layers, 28);
+        assert_eq!(m.kv_bytes_per_position(), 2 * 28 * 2 * 128 * 4);
+        assert_eq!(m.chat_template.user_prefix, "<|im_start|>user\n");
+        assert_eq!(m.vision.token_px(), 28);
+        assert_eq!(m.special_tokens.image, 151646);
+    }
+
+    #[test]
+    fn a_bad_value_is_reported_with_its_key() {
+        let text = VIDEOLLAMA3_2B.replace("num_kv_heads = 2", "num_kv_heads = 5");
+        let err = Manifest::parse(&text, Path::new("m"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "m/manifest.toml: text.num_kv_heads: must divide text.num_heads (12), got 5"
+        );
+        let text = VIDEOLLAMA3_2B.replace(
+            "past_key = \"past_key_values.{i}.key\"",
+            "past_key = \"past\"",
+        );
+        let err = Manifest::parse(&text, Path::new("m"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.ends_with("text.past_key: must contain `{i}` (the layer index), got `past`"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,536 @@
+//! Engines: the model side. A model directory (`engines/<model>/`, DESIGN §4.4) holds a vision
+//! encoder, a token embedding and a decoder as ONNX files plus a manifest and a tokenizer; this
+//! module loads them into ONNX Runtime sessions on the CPU, CUDA or TensorRT, checks them against
+//! the manifest, and runs them. Generation on top of them lives in [`crate::generate`].
+//!
+//! One [`Engines`] serves every camera: its methods take `&self` and serialise runs per model.
+
+#![warn(missing_docs)]
+
+mod contract;
+mod cpu;
+mod cuda;
+mod error;
+mod manifest;
+mod progress;
+mod provider;
+mod runtime;
+mod session;
+mod tensorrt;
+mod text;
+mod tokenizer;
+mod vision;
+mod warm;
+
+pub use error::{EngineError, ErrorKind};
+pub use manifest::{
+    ChatTemplate, Family, Files, Generator, Manifest, SpecialTokens, TextSpec, VisionSpec,
+};
+pub use progress::Progress;
+pub use provider::{ModelRole, ProviderKind, TensorRtSettings};
+pub use runtime::{LIBRARY_ENV, OrtRuntime, probe_library, resolve_library, runtime};
+pub use tensorrt::{
+    Profile, cache_dir as tensorrt_cache_dir, decoder_profile, embed_profile, vision_profile,
+};
+pub use text::{Decoder, DecoderOutput, Embedder, LogitRows, PastKv};
+pub use tokenizer::{SpecialText, Tokenizer};
+pub use vision::{VisionEncoder, VisualTokens};
+pub use warm::{BuildReport, build_engines, warm_up};
+
+use crate::ingest::Geometry;
+use provider::SessionPlan;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How to load a model directory.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The model directory (holds `manifest.toml`).
+    pub model_dir: PathBuf,
+    /// The ONNX Runtime library; `None` searches `ORT_DYLIB_PATH`, then the project venv.
+    pub library: Option<PathBuf>,
+    /// Provider of the vision encoder.
+    pub vision_provider: ProviderKind,
+    /// Provider of the token embedding.
+    pub embed_provider: ProviderKind,
+    /// Provider of the decoder.
+    pub decoder_provider: ProviderKind,
+    /// GPU index for CUDA and TensorRT.
+    pub device_id: i32,
+    /// TensorRT build options.
+    pub tensorrt: TensorRtSettings,
+    /// Intra-op threads of the shared pool (0: ONNX Runtime's default).
+    pub threads: usize,
+    /// Where the TensorRT engine and timing caches go (`<state_dir>/engines/tensorrt/...`).
+    pub state_dir: PathBuf,
+    /// Camera geometries the vision encoder must serve (TensorRT profiles).
+    pub geometries: Vec<Geometry>,
+    /// Most frames per vision encoder run.
+    pub vision_batch_frames: usize,
+    /// Most tokens per decoder run while prefilling.
+    pub prefill_chunk_tokens: usize,
+}
+
+impl EngineOptions {
+    /// CPU defaults for a model directory.
+    pub fn cpu(model_dir: impl Into<PathBuf>) -> EngineOptions {
+        EngineOptions {
+            model_dir: model_dir.into(),
+            library: None,
+            vision_provider: ProviderKind::Cpu,
+            embed_provider: ProviderKind::Cpu,
+            decoder_provider: ProviderKind::Cpu,
+            device_id: 0,
+            tensorrt: TensorRtSettings::default(),
+            threads: 0,
+            state_dir: PathBuf::from("state"),
+            geometries: Vec::new(),
+            vision_batch_frames: 4,
+            prefill_chunk_tokens: 512,
+        }
+    }
+
+    /// The same provider for all three models.
+    pub fn with_provider(mut self, provider: ProviderKind) -> EngineOptions {
+        self.vision_provider = provider;
+        self.embed_provider = provider;
+        self.decoder_provider = provider;
+        self
+    }
+
+    /// Options from the configuration: `[engine]`, `runtime.state_dir`, and the fixed
+    /// `width`/`height` of the cameras as the geometries to serve.
+    pub fn from_config(config: &crate::config::Config) -> EngineOptions {
+        let e = &config.engine;
+        let mut geometries: Vec<Geometry> = config
+            .cameras
+            .iter()
+            .filter(|c| c.enabled)
+            .filter_map(|c| c.size)
+            .map(|(width, height)| Geometry { width, height })
+            .collect();
+        geometries.sort_by_key(|g| (g.width, g.height));
+        geometries.dedup();
+        let provider = e.provider;
+        EngineOptions {
+            model_dir: e.model_dir.clone(),
+            library: e.onnxruntime_library.clone(),
+            vision_provider: e.vision_provider.unwrap_or(provider),
+            embed_provider: e.embed_provider.unwrap_or(provider),
+            decoder_provider: e.decoder_provider.unwrap_or(provider),
+            device_id: e.device_id as i32,
+            tensorrt: e.tensorrt.clone(),
+            threads: e.threads as usize,
+            state_dir: config.runtime.state_dir.clone(),
+            geometries,
+            vision_batch_frames: e.vision_batch_frames as usize,
+            prefill_chunk_tokens: e.prefill_chunk_tokens as usize,
+        }
+    }
+}
+
+/// The loaded model: three sessions, the tokenizer and the manifest.
+#[derive(Debug)]
+pub struct Engines {
+    manifest: Manifest,
+    runtime: &'static OrtRuntime,
+    vision: VisionEncoder,
+    embedder: Embedder,
+    decoder: Decoder,
+    tokenizer: Tokenizer,
+    providers: [ProviderKind; 3],
+    prefill_chunk_tokens: usize,
+    load_time: Duration,
+}
+
+impl Engines {
+    /// Loads a model directory: manifest, tokenizer, the three sessions on their providers, each
+    /// checked against the manifest.
+    pub fn load(opts: &EngineOptions) -> Result<Engines, EngineError> {
+        let started = Instant::now();
+        let manifest = Manifest::load(&opts.model_dir)?;
+        let tokenizer = load_tokenizer(&manifest)?;
+        let runtime = runtime(opts.library.as_deref(), opts.threads)?;
+        let cache_dir = tensorrt::cache_dir(&opts.state_dir, &manifest, runtime.version());
+        let chunk = opts.prefill_chunk_tokens.max(1);
+        let plan = |role: ModelRole, kind: ProviderKind| -> Result<SessionPlan<'_>, EngineError> {
+            if !kind.is_built() {
+                return Err(EngineError::ProviderNotBuilt {
+                    provider: kind.name(),
+                });
+            }
+            let profile = (kind == ProviderKind::TensorRt).then(|| match role {
+                ModelRole::VisionEncoder => {
+                    tensorrt::vision_profile(&manifest, &opts.geometries, opts.vision_batch_frames)
+                }
+                ModelRole::EmbedTokens => tensorrt::embed_profile(&manifest, chunk),
+                ModelRole::Decoder => tensorrt::decoder_profile(&manifest, chunk),
+            });
+            Ok(SessionPlan {
+                role,
+                kind,
+                device_id: opts.device_id,
+                tensorrt: &opts.tensorrt,
+                cache_dir: &cache_dir,
+                profile,
+                library: runtime.library(),
+            })
+        };
+        let files = &manifest.files;
+        let vision_file = manifest.file(&files.vision_encoder);
+        let embed_file = manifest.file(&files.embed_tokens);
+        let decoder_file = manifest.file(&files.decoder);
+        let vision_session = session::open(
+            runtime,
+            &manifest,
+            &vision_file,
+            &plan(ModelRole::VisionEncoder, opts.vision_provider)?,
+        )?;
+        let embed_session = session::open(
+            runtime,
+            &manifest,
+            &embed_file,
+            &plan(ModelRole::EmbedTokens, opts.embed_provider)?,
+        )?;
+        let decoder_session = session::open(
+            runtime,
+            &manifest,
+            &decoder_file,
+            &plan(ModelRole::Decoder, opts.decoder_provider)?,
+        )?;
+        let vision = VisionEncoder::new(vision_session, &manifest, opts.vision_batch_frames);
+        let embedder = Embedder::new(embed_session, &manifest);
+        let decoder = Decoder::new(
+            decoder_session,
+            &manifest,
+            opts.decoder_provider,
+            opts.device_id,
+        )?;
+        let load_time = started.elapsed();
+        tracing::info!(
+            model = %opts.model_dir.display(),
+            family = %manifest.family,
+            vision = opts.vision_provider.name(),
+            embed = opts.embed_provider.name(),
+            decoder = opts.decoder_provider.name(),
+            load_ms = load_time.as_millis() as u64,
+            "Engines loaded"
+        );
+        Ok(Engines {
+            manifest,
+            runtime,
+            vision,
+            embedder,
+            decoder,
+            tokenizer,
+            providers: [
+                opts.vision_provider,
+                opts.embed_provider,
+                opts.decoder_provider,
+            ],
+            prefill_chunk_tokens: chunk,
+            load_time,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The ONNX Runtime in use.
+    pub fn runtime(&self) -> &'static OrtRuntime {
+        self.runtime
+    }
+
+    /// The vision encoder.
+    pub fn vision(&self) -> &VisionEncoder {
+        &self.vision
+    }
+
+    /// The token embedding.
+    pub fn embedder(&self) -> &Embedder {
+        &self.embedder
+    }
+
+    /// The decoder.
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Providers of (vision encoder, embedding, decoder).
+    pub fn providers(&self) -> [ProviderKind; 3] {
+        self.providers
+    }
+
+    /// Most tokens per decoder run while prefilling.
+    pub fn prefill_chunk_tokens(&self) -> usize {
+        self.prefill_chunk_tokens
+    }
+
+    /// Time [`Engines::load`] took.
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+}
+
+fn load_tokenizer(m: &Manifest) -> Result<Tokenizer, EngineError> {
+    let path = m.file(&m.files.tokenizer);
+    if !path.is_file() {
+        return Err(EngineError::MissingFile {
+            file: path,
+            key: "tokenizer",
+        });
+    }
+    let tok = Tokenizer::from_file(&path)?;
+    let mismatch = |message: String| EngineError::Tokenizer {
+        file: path.clone(),
+        message,
+    };
+    if tok.len() > m.text.vocab_size as usize {
+        return Err(mismatch(format!(
+            "has {} ids, more than text.vocab_size = {} logits",
+            tok.len(),
+            m.text.vocab_size
+        )));
+    }
+    for (content, id) in m.special_tokens.pairs() {
+        match tok.added_token_id(content) {
+            Some(found) if found == id => {}
+            Some(found) => {
+                return Err(mismatch(format!(
+                    "{content} is id {found}, but manifest.toml [special_tokens] says {id}"
+                )));
+            }
+            None => {
+                return Err(mismatch(format!(
+                    "has no added token {content} (manifest.toml [special_tokens] says id {id})"
+                )));
+            }
+        }
+    }
+    Ok(tok)
+}
+
+/// What `edgevlm engines check` found.
+#[derive(Debug)]
+pub struct CheckReport {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub family: Family,
+    /// `(file, bytes, checksum verified)`.
+    pub files: Vec<(PathBuf, u64, bool)>,
+    /// Library and version.
+    pub library: (PathBuf, String),
+    /// Providers of (vision encoder, embedding, decoder).
+    pub providers: [ProviderKind; 3],
+    /// Decoder shape summary.
+    pub text: String,
+    /// Tokenizer summary.
+    pub tokenizer: String,
+    /// Smoke-run timings and shapes, one line each.
+    pub smoke: Vec<String>,
+    /// Time to load the sessions.
+    pub load_time: Duration,
+}
+
+impl std::fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{}: ok ({} model)", self.dir.display(), self.family)?;
+        for (file, bytes, verified) in &self.files {
+            writeln!(
+                f,
+                "  {:<28} {:>12} bytes  {}",
+                file.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                bytes,
+                if *verified {
+                    "sha256 ok"
+                } else {
+                    "no checksum in manifest"
+                }
+            )?;
+        }
+        writeln!(
+            f,
+            "  onnx runtime {} ({})",
+            self.library.1,
+            self.library.0.display()
+        )?;
+        writeln!(
+            f,
+            "  providers: vision {}, embedding {}, decoder {}; sessions loaded in {} ms",
+            self.providers[0],
+            self.providers[1],
+            self.providers[2],
+            self.load_time.as_millis()
+        )?;
+        writeln!(f, "  decoder: {}", self.text)?;
+        writeln!(f, "  tokenizer: {}", self.tokenizer)?;
+        for line in &self.smoke {
+            writeln!(f, "  {line}")?;
+        }
+        if self.family == Family::Tiny {
+            writeln!(
+                f,
+                "  note: the tiny model has random weights; its text is meaningless by design"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Validates a model directory completely: manifest, checksums it records, tokenizer, every
+/// session's tensor contract, and one smoke run through each model.
+pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
+    let manifest = Manifest::load(&opts.model_dir)?;
+    let mut files = Vec::new();
+    for (key, path) in manifest.file_paths() {
+        let meta = std::fs::metadata(&path).map_err(|_| EngineError::MissingFile {
+            file: path.clone(),
+            key,
+        })?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let expected = manifest
+            .generator
+            .as_ref()
+            .and_then(|g| g.sha256.get(&name));
+        if let Some(expected) = expected {
+            let found = sha256_file(&path)?;
+            if !found.eq_ignore_ascii_case(expected) {
+                return Err(EngineError::Checksum {
+                    file: path,
+                    expected: expected.clone(),
+                    found,
+                    size_bytes: meta.len(),
+                });
+            }
+        }
+        files.push((path, meta.len(), expected.is_some()));
+    }
+    let engines = Engines::load(opts)?;
+    let m = engines.manifest();
+    let t = &m.text;
+    let text = format!(
+        "hidden {}, {} layers, {} heads / {} kv heads x {}, vocab {}, max context {}, KV cache {} bytes/position",
+        t.hidden_size,
+        t.num_layers,
+        t.num_heads,
+        t.num_kv_heads,
+        t.head_dim,
+        t.vocab_size,
+        t.max_context,
+        m.kv_bytes_per_position()
+    );
+    let tok = engines.tokenizer();
+    let tokenizer = format!(
+        "{} ids; special tokens match the manifest (<|im_end|> = {}, <image> = {})",
+        tok.len(),
+        m.special_tokens.im_end,
+        m.special_tokens.image
+    );
+
+    let mut smoke = Vec::new();
+    let px = m.vision.token_px();
+    let (w, h) = opts
+        .geometries
+        .first()
+        .map_or((2 * px, 2 * px), |g| (g.width, g.height));
+    let frame = vec![128u8; (w * h * 3) as usize];
+    let t0 = Instant::now();
+    let vt = engines.vision().encode(&[&frame], w, h)?;
+    smoke.push(format!(
+        "vision encoder: 1 frame {w}x{h} -> {:?} in {:.1} ms",
+        vt.shape(),
+        t0.elapsed().as_secs_f64() * 1e3
+    ));
+    let ids = tok.encode(
+        &format!(
+            "{}hello{}",
+            m.chat_template.user_prefix, m.chat_template.turn_end
+        ),
+        SpecialText::Parse,
+    );
+    let t0 = Instant::now();
+    let embeds = engines.embedder().embed(&ids)?;
+    let positions: Vec<i64> = (0..ids.len() as i64).collect();
+    let empty = engines.decoder().empty_cache()?;
+    let out = engines
+        .decoder()
+        .forward(&empty, &embeds, &positions, LogitRows::Last)?;
+    let embeds1 = engines.embedder().embed(&[m.special_tokens.im_start])?;
+    let out1 =
+        engines
+            .decoder()
+            .forward(&out.present, &embeds1, &[ids.len() as i64], LogitRows::Last)?;
+    if out1.logits.iter().any(|x| !x.is_finite()) {
+        return Err(EngineError::run(
+            "decoder",
+            "the smoke run produced non-finite logits",
+        ));
+    }
+    smoke.push(format!(
+        "decoder: prefill {} tokens + 1 decode step -> cache {} positions, finite logits, {:.1} ms",
+        ids.len(),
+        out1.present.len(),
+        t0.elapsed().as_secs_f64() * 1e3
+    ));
+    Ok(CheckReport {
+        dir: opts.model_dir.clone(),
+        family: m.family,
+        files,
+        library: (
+            engines.runtime().library().to_path_buf(),
+            engines.runtime().version().to_string(),
+        ),
+        providers: engines.providers(),
+        text,
+        tokenizer,
+        smoke,
+        load_time: engines.load_time(),
+    })
+}
+
+/// Lower-case hex sha256 of a file, streamed.
+pub fn sha256_file(path: &Path) -> Result<String, EngineError> {
+    let io = |e| EngineError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    /// One loaded model serves every camera's task, so it must cross threads.
+    #[test]
+    fn engines_and_caches_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<super::Engines>();
+        shared::<crate::generate::Generator>();
+        shared::<crate::generate::KvCache>();
+        shared::<super::VisualTokens>();
+    }
+}

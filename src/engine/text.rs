@@ -1,0 +1,386 @@
+//! The token embedding and the decoder with its KV cache tensors.
+//!
+//! The decoder's `present.*` outputs of one call are the `past_key_values.*` inputs of the next,
+//! passed as the very ONNX Runtime values it returned: no copy on our side, and with `IoBinding` the
+//! cache is allocated where the provider computes (GPU memory for CUDA/TensorRT), so it never
+//! crosses to the host between tokens; only the logits do. The graph still concatenates past and new
+//! keys inside each call (the exported contract has no fixed-capacity cache to write into), which
+//! is the one copy per token left; docs/ENGINES.md says how a shared-buffer export would remove it.
+
+use super::error::EngineError;
+use super::manifest::{Manifest, TextSpec};
+use super::provider::{self, ProviderKind};
+use ort::memory::MemoryInfo;
+use ort::session::{IoBinding, Session};
+use ort::value::{DynTensor, DynTensorValueType, Tensor};
+use std::sync::Mutex;
+
+const EMBED: &str = "token embedding";
+const DECODER: &str = "decoder";
+
+/// The token embedding model.
+pub struct Embedder {
+    session: Mutex<Session>,
+    input: String,
+    output: String,
+    hidden: usize,
+    vocab: u32,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("hidden", &self.hidden)
+            .field("vocab", &self.vocab)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Embedder {
+    pub(crate) fn new(session: Session, m: &Manifest) -> Embedder {
+        Embedder {
+            session: Mutex::new(session),
+            input: m.text.input_ids.clone(),
+            output: m.text.inputs_embeds.clone(),
+            hidden: m.text.hidden_size as usize,
+            vocab: m.text.vocab_size,
+        }
+    }
+
+    /// Embeddings of `ids`, `ids.len() * hidden` floats.
+    pub fn embed(&self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let mut out = Vec::with_capacity(ids.len() * self.hidden);
+        self.embed_into(ids, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends the embeddings of `ids` to `out`.
+    pub fn embed_into(&self, ids: &[u32], out: &mut Vec<f32>) -> Result<(), EngineError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id >= self.vocab) {
+            return Err(EngineError::input(
+                EMBED,
+                format!("token id {bad} is outside the vocabulary ({})", self.vocab),
+            ));
+        }
+        let input = Tensor::from_array((
+            [1, ids.len()],
+            ids.iter().map(|&i| i64::from(i)).collect::<Vec<i64>>(),
+        ))
+        .map_err(|e| EngineError::run(EMBED, e))?;
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let outputs = session
+            .run(ort::inputs![self.input.as_str() => input])
+            .map_err(|e| EngineError::run(EMBED, e))?;
+        let value = outputs
+            .get(&self.output)
+            .ok_or_else(|| EngineError::run(EMBED, format!("no output `{}`", self.output)))?;
+        let (shape, data) = value
+            .try_extract_tensor::<f32>()
+            .map_err(|e| EngineError::run(EMBED, e))?;
+        let want = [1, ids.len() as i64, self.hidden as i64];
+        if **shape != want {
+            return Err(EngineError::run(
+                EMBED,
+                format!("output has shape {shape}, expected {want:?}"),
+            ));
+        }
+        out.extend_from_slice(data);
+        Ok(())
+    }
+}
+
+/// The KV cache tensors of every layer after some number of positions.
+///
+/// Immutable once made: a decoder call returns a new one and leaves its input untouched, which is
+/// what makes sharing one between a camera and its queries safe.
+pub struct PastKv {
+    /// `k0, v0, k1, v1, …`, each `[1, kv_heads, len, head_dim]`.
+    values: Vec<DynTensor>,
+    len: usize,
+    bytes_per_position: usize,
+}
+
+impl std::fmt::Debug for PastKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PastKv {{ len: {}, layers: {}, bytes: {} }}",
+            self.len,
+            self.values.len() / 2,
+            self.bytes()
+        )
+    }
+}
+
+impl PastKv {
+    /// Cached positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held by the tensors.
+    pub fn bytes(&self) -> usize {
+        self.len * self.bytes_per_position
+    }
+
+    /// Whether both hold the very same tensors (a fork that has not diverged).
+    pub fn same_tensors(&self, other: &PastKv) -> bool {
+        self.values.len() == other.values.len()
+            && self
+                .values
+                .iter()
+                .zip(&other.values)
+                .all(|(a, b)| std::ptr::eq(a.data_ptr(), b.data_ptr()))
+    }
+}
+
+struct DecoderState {
+    session: Session,
+    binding: IoBinding,
+}
+
+/// The decoder session; one call appends `S` positions to a cache.
+pub struct Decoder {
+    state: Mutex<DecoderState>,
+    hidden: usize,
+    vocab: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    max_context: usize,
+    embeds_name: String,
+    mask_name: String,
+    positions_name: String,
+    logits_name: String,
+    past_names: Vec<String>,
+    present_names: Vec<String>,
+    cache_memory: MemoryInfo<'static>,
+    host_memory: MemoryInfo<'static>,
+    bytes_per_position: usize,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("layers", &(self.past_names.len() / 2))
+            .field("hidden", &self.hidden)
+            .field("vocab", &self.vocab)
+            .field("max_context", &self.max_context)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which logits rows a decoder call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitRows {
+    /// Only the last position's (what generation needs).
+    Last,
+    /// Every new position's (for checks and scoring).
+    All,
+}
+
+/// The result of one decoder call.
+#[derive(Debug)]
+pub struct DecoderOutput {
+    /// Logits, row-major, `rows x vocab`.
+    pub logits: Vec<f32>,
+    /// Rows in `logits`.
+    pub rows: usize,
+    /// The cache extended by the call's positions.
+    pub present: PastKv,
+}
+
+impl Decoder {
+    pub(crate) fn new(
+        session: Session,
+        m: &Manifest,
+        provider: ProviderKind,
+        device_id: i32,
+    ) -> Result<Decoder, EngineError> {
+        let t = &m.text;
+        let binding = session
+            .create_binding()
+            .map_err(|e| EngineError::run(DECODER, e))?;
+        let mut past_names = Vec::new();
+        let mut present_names = Vec::new();
+        for i in 0..t.num_layers {
+            past_names.push(TextSpec::layer_name(&t.past_key, i));
+            past_names.push(TextSpec::layer_name(&t.past_value, i));
+            present_names.push(TextSpec::layer_name(&t.present_key, i));
+            present_names.push(TextSpec::layer_name(&t.present_value, i));
+        }
+        let memory_error = |e: ort::Error| EngineError::run(DECODER, e);
+        Ok(Decoder {
+            state: Mutex::new(DecoderState { session, binding }),
+            hidden: t.hidden_size as usize,
+            vocab: t.vocab_size as usize,
+            kv_heads: t.num_kv_heads as usize,
+            head_dim: t.head_dim as usize,
+            max_context: t.max_context as usize,
+            embeds_name: t.inputs_embeds.clone(),
+            mask_name: t.attention_mask.clone(),
+            positions_name: t.position_ids.clone(),
+            logits_name: t.logits.clone(),
+            past_names,
+            present_names,
+            cache_memory: provider::device_memory(provider, device_id).map_err(memory_error)?,
+            host_memory: provider::host_memory().map_err(memory_error)?,
+            bytes_per_position: m.kv_bytes_per_position(),
+        })
+    }
+
+    /// Logits width.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// Width of `inputs_embeds`.
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// Most positions a cache may hold.
+    pub fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    /// A cache with no positions (the first call's `[1, kv_heads, 0, head_dim]` tensors).
+    pub fn empty_cache(&self) -> Result<PastKv, EngineError> {
+        let values = (0..self.past_names.len())
+            .map(|_| {
+                Tensor::<f32>::from_array(([1, self.kv_heads, 0, self.head_dim], Vec::<f32>::new()))
+                    .map(Tensor::upcast)
+            })
+            .collect::<Result<Vec<DynTensor>, _>>()
+            .map_err(|e| EngineError::run(DECODER, e))?;
+        Ok(PastKv {
+            values,
+            len: 0,
+            bytes_per_position: self.bytes_per_position,
+        })
+    }
+
+    /// Runs `S = positions.len()` new positions (`embeds` is `S * hidden` floats) after `past`.
+    pub fn forward(
+        &self,
+        past: &PastKv,
+        embeds: &[f32],
+        positions: &[i64],
+        rows: LogitRows,
+    ) -> Result<DecoderOutput, EngineError> {
+        let s = positions.len();
+        if s == 0 {
+            return Err(EngineError::input(DECODER, "no positions to run"));
+        }
+        if embeds.len() != s * self.hidden {
+            return Err(EngineError::input(
+                DECODER,
+                format!(
+                    "{} embedding floats for {s} positions of width {}",
+                    embeds.len(),
+                    self.hidden
+                ),
+            ));
+        }
+        let total = past.len + s;
+        if total > self.max_context {
+            return Err(EngineError::input(
+                DECODER,
+                format!(
+                    "{total} positions exceed the model's max_context of {}",
+                    self.max_context
+                ),
+            ));
+        }
+        if past.values.len() != self.past_names.len() {
+            return Err(EngineError::input(
+                DECODER,
+                "the cache was made by another model".to_string(),
+            ));
+        }
+        let run = |e: ort::Error| EngineError::run(DECODER, e);
+        let embeds = Tensor::from_array(([1, s, self.hidden], embeds.to_vec())).map_err(run)?;
+        let mask = Tensor::from_array(([1, total], vec![1i64; total])).map_err(run)?;
+        let positions = Tensor::from_array(([1, s], positions.to_vec())).map_err(run)?;
+
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let DecoderState { session, binding } = &mut *state;
+        binding.clear();
+        let result = (|| {
+            binding
+                .bind_input(&self.embeds_name, &embeds)
+                .map_err(run)?;
+            binding.bind_input(&self.mask_name, &mask).map_err(run)?;
+            binding
+                .bind_input(&self.positions_name, &positions)
+                .map_err(run)?;
+            for (name, value) in self.past_names.iter().zip(&past.values) {
+                // A session output is bound by reference: ONNX Runtime reads it in place.
+                binding.bind_input(name, value).map_err(run)?;
+            }
+            // Re-bound every call: a bound output keeps its buffer, and the cache grows each call.
+            for name in &self.present_names {
+                binding
+                    .bind_output_to_device(name, &self.cache_memory)
+                    .map_err(run)?;
+            }
+            binding
+                .bind_output_to_device(&self.logits_name, &self.host_memory)
+                .map_err(run)?;
+            let mut outputs = session.run_binding(binding).map_err(run)?;
+            let mut values = Vec::with_capacity(self.present_names.len());
+            for name in &self.present_names {
+                let value = outputs
+                    .remove(name.as_str())
+                    .ok_or_else(|| EngineError::run(DECODER, format!("no output `{name}`")))?;
+                values.push(value.downcast::<DynTensorValueType>().map_err(run)?);
+            }
+            if let Some(shape) = values.first().and_then(|v| v.dtype().tensor_shape()) {
+                let want = [1, self.kv_heads as i64, total as i64, self.head_dim as i64];
+                if **shape != want {
+                    return Err(EngineError::run(
+                        DECODER,
+                        format!(
+                            "`{}` has shape {shape}, expected {want:?}",
+                            self.present_names[0]
+                        ),
+                    ));
+                }
+            }
+            let logits_value = outputs.get(&self.logits_name).ok_or_else(|| {
+                EngineError::run(DECODER, format!("no output `{}`", self.logits_name))
+            })?;
+            let (shape, data) = logits_value.try_extract_tensor::<f32>().map_err(run)?;
+            let want = [1, s as i64, self.vocab as i64];
+            if **shape != want {
+                return Err(EngineError::run(
+                    DECODER,
+                    format!("logits have shape {shape}, expected {want:?}"),
+                ));
+            }
+            let (logits, rows) = match rows {
+                LogitRows::Last => (data[(s - 1) * self.vocab..].to_vec(), 1),
+                LogitRows::All => (data.to_vec(), s),
+            };
+            Ok(DecoderOutput {
+                logits,
+                rows,
+                present: PastKv {
+                    values,
+                    len: total,
+                    bytes_per_position: self.bytes_per_position,
+                },
+            })
+        })();
+        // Drop the binding's references to the caller's cache and to the new outputs.
+        binding.clear();
+        result
+    }
+}

@@ -1,0 +1,74 @@
+//! A sequence's KV cache as generation sees it: the decoder's tensors plus the next position.
+
+use crate::engine::PastKv;
+use std::sync::Arc;
+
+/// The KV cache of one token sequence (a camera's history, or a query's continuation of it).
+///
+/// The tensors are immutable and shared: [`KvCache::fork`] is a reference-count increment, and
+/// extending a fork makes new tensors for the fork only, so a query can start from a camera's cache
+/// and decode without disturbing it (DESIGN §4.6). The cost is that the fork's first step concatenates
+/// the shared past into its own tensors, the same work every step does anyway.
+#[derive(Clone)]
+pub struct KvCache {
+    kv: Arc<PastKv>,
+    next_position: i64,
+}
+
+impl std::fmt::Debug for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KvCache {{ len: {}, next_position: {}, bytes: {}, shared_by: {} }}",
+            self.kv.len(),
+            self.next_position,
+            self.kv.bytes(),
+            Arc::strong_count(&self.kv)
+        )
+    }
+}
+
+impl KvCache {
+    pub(crate) fn new(kv: PastKv, next_position: i64) -> KvCache {
+        KvCache {
+            kv: Arc::new(kv),
+            next_position,
+        }
+    }
+
+    /// The decoder tensors, for driving [`crate::engine::Decoder::forward`] directly.
+    pub fn past(&self) -> &PastKv {
+        &self.kv
+    }
+
+    /// Cached positions.
+    pub fn len(&self) -> usize {
+        self.kv.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.kv.is_empty()
+    }
+
+    /// The position id the next token gets (rotary positions; equals `len()` unless positions
+    /// were set explicitly).
+    pub fn next_position(&self) -> i64 {
+        self.next_position
+    }
+
+    /// Bytes of the cache tensors.
+    pub fn bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+
+    /// A cache that shares this one's tensors; extending either leaves the other as it is.
+    pub fn fork(&self) -> KvCache {
+        self.clone()
+    }
+
+    /// Whether both are backed by the very same tensors (no copy was made).
+    pub fn shares_storage_with(&self, other: &KvCache) -> bool {
+        Arc::ptr_eq(&self.kv, &other.kv) || self.kv.same_tensors(&other.kv)
+    }
+}

@@ -1,0 +1,110 @@
+//! `edgevlm engines check` and `edgevlm engines build` as a user runs them.
+
+mod engine_common;
+
+use std::process::Command;
+
+fn edgevlm() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_edgevlm"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c.env_remove("ORT_DYLIB_PATH").env("RUST_LOG", "warn");
+    c
+}
+
+#[test]
+fn engines_check_prints_a_summary_of_a_valid_model_directory() {
+    let dir = engine_common::tiny_dir();
+    let out = edgevlm()
+        .args(["engines", "check", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for part in [
+        "ok (tiny model)",
+        "decoder_model_merged.onnx",
+        "sha256 ok",
+        "onnx runtime 1.",
+        "providers: vision cpu, embedding cpu, decoder cpu",
+        "2 kv heads x 16, vocab 512",
+        "vision encoder: 1 frame 56x56 -> [1, 4, 64]",
+        "meaningless by design",
+    ] {
+        assert!(stdout.contains(part), "missing `{part}` in:\n{stdout}");
+    }
+}
+
+#[test]
+fn engines_check_exits_1_with_the_first_problem() {
+    let dir = engine_common::tiny_copy("cli-broken");
+    let manifest = std::fs::read_to_string(dir.join("manifest.toml")).unwrap();
+    std::fs::write(
+        dir.join("manifest.toml"),
+        manifest.replace("head_dim = 16", "head_dim = 8"),
+    )
+    .unwrap();
+    let out = edgevlm()
+        .args(["engines", "check", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("decoder_model_merged.onnx: tensor `past_key_values.0.key`: expected dimension 3 (head dim) = 8"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_missing_library_named_by_the_environment_is_an_error_not_a_panic() {
+    let out = edgevlm()
+        .env("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")
+        .args(["engines", "check"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("ONNX Runtime library not found (looked at: ORT_DYLIB_PATH = /nonexistent/libonnxruntime.so: no such file)"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn engines_build_on_a_machine_without_tensorrt_says_what_is_missing() {
+    let out = edgevlm()
+        .args(["engines", "build", "--size", "336x196"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    if cfg!(feature = "tensorrt") {
+        assert!(
+            stderr.contains("execution provider `tensorrt` cannot be used"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("built without the TensorRT execution provider"),
+            "{stderr}"
+        );
+    } else {
+        assert!(
+            stderr.contains("`tensorrt` is not compiled into this edgevlm"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("--features tensorrt"), "{stderr}");
+    }
+}
+
+#[test]
+fn engines_build_rejects_a_malformed_size() {
+    let out = edgevlm()
+        .args(["engines", "build", "--size", "336by196"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--size must be WIDTHxHEIGHT"));
+}

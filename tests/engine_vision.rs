@@ -1,0 +1,137 @@
+//! The vision encoder wrapper on the tiny model: shapes per geometry, frame independence and
+//! batching, normalisation against the reference (numpy + onnxruntime in the venv), input errors.
+
+mod engine_common;
+
+use edgevlm::engine::{EngineError, Engines, ErrorKind, Progress, warm_up};
+use edgevlm::ingest::Geometry;
+use engine_common::{frame, max_abs_diff};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+#[test]
+fn visual_token_shapes_follow_the_geometry() {
+    let e = engine_common::tiny();
+    for (w, h) in [(28, 28), (56, 28), (28, 84), (112, 84), (336, 196)] {
+        for t in [1usize, 3] {
+            let frames: Vec<Vec<u8>> = (0..t).map(|i| frame(w, h, i as u32)).collect();
+            let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+            let out = e.vision().encode(&refs, w, h).unwrap();
+            let n = ((w / 28) * (h / 28)) as usize;
+            assert_eq!(out.shape(), [t, n, 64], "{w}x{h} x{t}");
+            assert_eq!(out.as_slice().len(), t * n * 64);
+            assert!(out.as_slice().iter().all(|x| x.is_finite()));
+        }
+    }
+}
+
+#[test]
+fn frames_are_encoded_independently_so_batching_does_not_change_tokens() {
+    let mut opts = engine_common::options(&engine_common::tiny_dir());
+    opts.vision_batch_frames = 2;
+    let e = Engines::load(&opts).unwrap();
+    let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(84, 56, i)).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+    // Five frames run as batches of 2, 2 and 1.
+    let batched = e.vision().encode(&refs, 84, 56).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        let alone = e.vision().encode(&[f], 84, 56).unwrap();
+        let d = max_abs_diff(batched.frame(i), alone.frame(0));
+        assert!(d <= 1e-5, "frame {i} differs by {d:e} inside a batch");
+    }
+    assert!(max_abs_diff(batched.frame(0), batched.frame(1)) > 1e-2);
+}
+
+#[test]
+fn normalisation_and_layout_match_the_reference_processor() {
+    let e = engine_common::tiny();
+    let (w, h) = (56u32, 84u32);
+    let f = frame(w, h, 7);
+    let ours = e.vision().encode(&[&f], w, h).unwrap();
+    // numpy: (rgb / 255 - mean) / std in float32, HWC -> CHW, then the ONNX graph in Python.
+    let script = r#"
+import sys, tomllib, numpy as np, onnxruntime as ort
+d, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+m = tomllib.load(open(d + "/manifest.toml", "rb"))["vision"]
+rgb = np.frombuffer(sys.stdin.buffer.read(), dtype=np.uint8).reshape(h, w, 3)
+x = (rgb.astype(np.float32) / np.float32(255) - np.array(m["mean"], np.float32)) / np.array(m["std"], np.float32)
+x = x.transpose(2, 0, 1)[None].astype(np.float32)
+s = ort.InferenceSession(d + "/vision_encoder.onnx", providers=["CPUExecutionProvider"])
+sys.stdout.buffer.write(s.run(None, {m["input"]: x})[0].astype("<f4").tobytes())
+"#;
+    let dir = engine_common::tiny_dir();
+    let mut child = Command::new(engine_common::python())
+        .args([
+            "-c",
+            script,
+            dir.to_str().unwrap(),
+            &w.to_string(),
+            &h.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&f).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let reference: Vec<f32> = out
+        .stdout
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let d = max_abs_diff(ours.as_slice(), &reference);
+    assert!(d <= 1e-5, "differs from numpy + onnxruntime by {d:e}");
+}
+
+#[test]
+fn frames_of_the_wrong_size_are_input_errors() {
+    let e = engine_common::tiny();
+    let f = frame(56, 56, 0);
+    let cases: [(&[&[u8]], u32, u32, &str); 4] = [
+        (&[&f], 50, 56, "not a positive multiple of 28"),
+        (&[&f], 0, 56, "not a positive multiple of 28"),
+        (
+            &[&f[..100]],
+            56,
+            56,
+            "frame 0 has 100 bytes; 56x56 packed RGB is 9408",
+        ),
+        (&[], 56, 56, "no frames"),
+    ];
+    for (frames, w, h, expect) in cases {
+        let err = e.vision().encode(frames, w, h).unwrap_err();
+        assert!(matches!(err, EngineError::Input { .. }), "{err}");
+        assert_eq!(err.kind(), ErrorKind::Input);
+        assert!(err.to_string().contains(expect), "{err}");
+    }
+}
+
+#[test]
+fn warming_up_runs_the_vision_encoder_per_geometry_and_the_decoder_once() {
+    // The same code `engines build` runs on TensorRT; on the CPU it only exercises the shapes.
+    let e = engine_common::tiny();
+    let geometries = [
+        Geometry {
+            width: 56,
+            height: 28,
+        },
+        Geometry {
+            width: 112,
+            height: 84,
+        },
+    ];
+    let mut progress = Progress::hidden(3);
+    let mut steps = Vec::new();
+    warm_up(&e, &geometries, &mut progress, &mut steps).unwrap();
+    let names: Vec<&str> = steps.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "vision encoder 56x28",
+            "vision encoder 112x84",
+            "embedding + decoder (prefill 512 tokens, 1 decode step)"
+        ]
+    );
+    assert_eq!(progress.done(), 3);
+}
