@@ -3,9 +3,14 @@
 //! `docs/CONFIG.md` documents every key and default; a test keeps it in step with [`known_keys`].
 
 mod decode;
+mod mqtt;
 mod source;
 
 pub use decode::{ConfigError, ConfigErrors};
+pub use mqtt::{
+    BrokerChoice, BrokerUser, EmbeddedConfig, MqttConfig, MqttProtocol, TlsFiles, WhenFull,
+    check_topic_prefix,
+};
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
 
 use decode::{Fields, Sink};
@@ -21,6 +26,8 @@ pub struct Config {
     pub vision: VisionConfig,
     /// Metrics endpoint and control socket.
     pub telemetry: TelemetryConfig,
+    /// MQTT broker, topics, outbox and questions.
+    pub mqtt: MqttConfig,
     /// Cameras in file order.
     pub cameras: Vec<CameraConfig>,
 }
@@ -238,6 +245,12 @@ pub fn known_keys() -> Vec<String> {
     for section in ["runtime", "vision", "telemetry"] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
+    let mut mqtt = toml::Table::new();
+    mqtt.insert(
+        "users".into(),
+        toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
+    );
+    table.insert("mqtt".into(), toml::Value::Table(mqtt));
     let mut sink = Sink::default();
     let _ = decode_config(&table, None, &mut sink);
     sink.known
@@ -253,6 +266,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let vision = decode_vision(vision_t, sink);
     let telemetry_t = top.table("telemetry", sink).unwrap_or(&empty);
     let telemetry = decode_telemetry(telemetry_t, &runtime, sink);
+    let mqtt_t = top.table("mqtt", sink).unwrap_or(&empty);
+    let mqtt = mqtt::decode_mqtt(mqtt_t, base_dir, sink);
 
     let mut cameras = Vec::new();
     match top.raw("cameras", sink) {
@@ -299,6 +314,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         runtime,
         vision,
         telemetry,
+        mqtt,
         cameras,
     }
 }
