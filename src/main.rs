@@ -113,7 +113,7 @@ enum Command {
         /// CA certificates (PEM) for an mqtts:// broker (default: the system's).
         #[arg(long)]
         ca_file: Option<PathBuf>,
-        /// Print every message on the answer topic as a JSON line instead of the text.
+        /// Print the final answer (or the error reply) as one JSON line instead of the text.
         #[arg(long)]
         json: bool,
     },
@@ -339,7 +339,9 @@ fn main() -> ExitCode {
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // rumqttd (the embedded broker) logs every client disconnect at ERROR level; its own
+        // lines are off unless RUST_LOG asks for them (e.g. RUST_LOG=info,rumqttd=info).
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rumqttd=off"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
