@@ -36,7 +36,7 @@ fn mosquitto(port: u16) -> Child {
         format!("persistence false\nlistener {port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\n"),
     )
     .expect("conf");
-    let child = Command::new("/usr/sbin/mosquitto")
+    let mut child = Command::new("/usr/sbin/mosquitto")
         .arg("-c")
         .arg(&conf)
         .stdout(Stdio::null())
@@ -49,6 +49,8 @@ fn mosquitto(port: u16) -> Child {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("mosquitto did not start");
 }
 
