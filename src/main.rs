@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edgevlm::config::{CameraConfig, Config, CredentialSource, PasswordSource, SourceUri};
+use edgevlm::publish::CameraDirectory;
 use edgevlm::supervisor::{CameraReport, RateMeter, Supervisor};
 use edgevlm::telemetry::{Systemd, control, metrics};
 use std::collections::HashMap;
@@ -70,6 +71,49 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
         /// Print the raw JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a question about a camera over MQTT and print the answer as it streams.
+    ///
+    /// Exit status: 0 answered, 1 the runtime replied with an error (its code and message are
+    /// printed), 3 no answer in time or the broker is unreachable, 2 bad arguments.
+    Ask {
+        /// Camera id.
+        camera: String,
+        /// The question.
+        question: String,
+        /// Broker URL (mqtt://host:port or mqtts://host:port).
+        #[arg(long, default_value = "mqtt://127.0.0.1:1883")]
+        broker: String,
+        /// Topic prefix of the runtime.
+        #[arg(long, default_value = "edgevlm")]
+        prefix: String,
+        /// Seconds of recent footage to ground the answer on (default: the camera's window).
+        #[arg(long)]
+        window_secs: Option<f64>,
+        /// Most tokens to generate.
+        #[arg(long)]
+        max_tokens: Option<u32>,
+        /// Give up after this many seconds without the final answer.
+        #[arg(long, default_value_t = 60.0)]
+        timeout_secs: f64,
+        /// Query id (default: a fresh one).
+        #[arg(long)]
+        id: Option<String>,
+        /// Broker user name.
+        #[arg(long)]
+        username: Option<String>,
+        /// Environment variable that holds the broker password.
+        #[arg(long, requires = "username", conflicts_with = "password_file")]
+        password_env: Option<String>,
+        /// File that holds the broker password.
+        #[arg(long, requires = "username")]
+        password_file: Option<PathBuf>,
+        /// CA certificates (PEM) for an mqtts:// broker (default: the system's).
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
+        /// Print the final answer (or the error reply) as one JSON line instead of the text.
         #[arg(long)]
         json: bool,
     },
@@ -155,6 +199,36 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Command::Validate { file } => validate(&file),
+        Command::Ask {
+            camera,
+            question,
+            broker,
+            prefix,
+            window_secs,
+            max_tokens,
+            timeout_secs,
+            id,
+            username,
+            password_env,
+            password_file,
+            ca_file,
+            json,
+        } => ask(AskArgs {
+            camera,
+            question,
+            broker,
+            prefix,
+            window_secs,
+            max_tokens,
+            timeout_secs,
+            id,
+            username,
+            password: password_env
+                .map(PasswordSource::Env)
+                .or(password_file.map(PasswordSource::File)),
+            ca_file,
+            json,
+        }),
         Command::Prune {
             raw,
             uri,
@@ -353,8 +427,9 @@ fn engines(action: EnginesAction) -> ExitCode {
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        // ort's own info lines (library version notes, provider registration) are noise for users.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ort=warn"));
+        // ort's info lines are noise for users; rumqttd (the embedded broker) logs every client
+        // disconnect at ERROR. RUST_LOG overrides both (e.g. RUST_LOG=info,rumqttd=info).
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ort=warn,rumqttd=off"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -437,6 +512,7 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("telemetry.control_socket: {e}"))?;
         tokio::spawn(control::serve(listener, reports_rx));
     }
+    let mqtt = start_mqtt(&config)?;
     let systemd = Systemd::from_env();
     systemd.ready(&camera_summary(&supervisor));
     // Without WatchdogSec the tick still runs (cheaply) so the loop has one shape.
@@ -469,6 +545,13 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 Ok(new) => {
                     systemd.reloading();
                     let s = supervisor.reload(&new, STOP_BOUND).await;
+                    if let Some((publisher, _)) = &mqtt {
+                        // [mqtt] itself is read at start only; cameras follow reloads.
+                        publisher.set_cameras(CameraDirectory::from_config(&new));
+                        for gone in &s.removed {
+                            publisher.clear_status(gone);
+                        }
+                    }
                     let _ = views_tx.send(supervisor.views());
                     systemd.ready(&camera_summary(&supervisor));
                     tracing::info!(
@@ -497,7 +580,13 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                     let meter = meters.entry(cam.id().to_string()).or_default();
                     let r = CameraReport::collect(cam, meter);
                     tracing::info!(target: "status", "{}", r.line());
+                    if let Some((publisher, _)) = &mqtt {
+                        publisher.status(&r);
+                    }
                     reports.push(r);
+                }
+                if let Some((publisher, _)) = &mqtt {
+                    tracing::info!(target: "status", "{}", mqtt_line(&publisher.stats()));
                 }
                 let _ = reports_tx.send((Instant::now(), Arc::new(reports)));
                 systemd.status(&camera_summary(&supervisor));
@@ -507,6 +596,10 @@ async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     tracing::info!("Shutting down");
     systemd.stopping();
     supervisor.shutdown(STOP_BOUND).await;
+    if let Some((_, connection)) = mqtt {
+        // After the cameras: whatever they published last is flushed, then `offline`.
+        connection.shutdown(MQTT_FLUSH_BOUND).await;
+    }
     if let Some(path) = control_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -614,6 +707,173 @@ fn camera_summary(supervisor: &Supervisor) -> String {
 
 /// How long stopping a camera may take before it is abandoned.
 const STOP_BOUND: Duration = Duration::from_secs(10);
+
+/// At shutdown, time allowed to deliver what the outbox holds and `offline`.
+const MQTT_FLUSH_BOUND: Duration = Duration::from_secs(3);
+
+/// Starts the embedded broker (if configured) and the publisher. Valid questions are answered
+/// `no_model` until the query stage consumes them (issue 5): their receiver is dropped here.
+fn start_mqtt(
+    config: &Config,
+) -> anyhow::Result<Option<(edgevlm::publish::Publisher, edgevlm::publish::Connection)>> {
+    use edgevlm::config::BrokerChoice;
+    use edgevlm::publish::{self, Endpoint, StartOptions, Topics};
+    let m = &config.mqtt;
+    if !m.enabled {
+        tracing::info!("MQTT disabled (mqtt.enabled = false)");
+        return Ok(None);
+    }
+    let endpoint = match m.broker {
+        BrokerChoice::Embedded => {
+            let topics = Topics::new(m.topic_prefix.clone());
+            edgevlm::broker::EmbeddedBroker::start(&m.embedded, &topics, &m.client_id)?
+                .runtime_endpoint()
+        }
+        BrokerChoice::External { .. } => Endpoint::external(m)?,
+    };
+    let (publisher, queries, connection) = publish::start(
+        m,
+        endpoint,
+        CameraDirectory::from_config(config),
+        StartOptions::default(),
+    );
+    drop(queries);
+    Ok(Some((publisher, connection)))
+}
+
+/// One status line for the MQTT side.
+fn mqtt_line(s: &edgevlm::publish::PublishStats) -> String {
+    let mut line = format!(
+        "mqtt: {} | outbox {}/{} | delivered {} | dropped {} (full) {} (chunks offline) | questions {} accepted, {} refused, {} busy",
+        if s.connected {
+            "connected"
+        } else {
+            "disconnected"
+        },
+        s.outbox.pending,
+        s.outbox_capacity,
+        s.outbox.delivered,
+        s.outbox.dropped_full,
+        s.outbox.stream_skipped,
+        s.queries_accepted,
+        s.queries_rejected,
+        s.queries_busy,
+    );
+    if !s.connected
+        && let Some(e) = &s.last_error
+    {
+        line.push_str(&format!(" | last error: {e}"));
+    }
+    line
+}
+
+struct AskArgs {
+    camera: String,
+    question: String,
+    broker: String,
+    prefix: String,
+    window_secs: Option<f64>,
+    max_tokens: Option<u32>,
+    timeout_secs: f64,
+    id: Option<String>,
+    username: Option<String>,
+    password: Option<PasswordSource>,
+    ca_file: Option<PathBuf>,
+    json: bool,
+}
+
+fn ask(a: AskArgs) -> ExitCode {
+    use edgevlm::config::{BrokerChoice, MqttConfig, TlsFiles};
+    use edgevlm::publish::ask::{AskOptions, AskOutcome};
+    let usage = |msg: String| {
+        eprintln!("error: {msg}");
+        ExitCode::from(2)
+    };
+    let broker = match BrokerChoice::parse(&a.broker) {
+        Ok(b @ BrokerChoice::External { .. }) => b,
+        Ok(BrokerChoice::Embedded) => {
+            return usage("--broker: give the broker's URL (mqtt://127.0.0.1:1883)".into());
+        }
+        Err(e) => return usage(format!("--broker: {e}")),
+    };
+    if let Err(e) = edgevlm::config::check_topic_prefix(&a.prefix) {
+        return usage(format!("--prefix: {e}"));
+    }
+    let Ok(timeout) = Duration::try_from_secs_f64(a.timeout_secs) else {
+        return usage(format!(
+            "--timeout-secs must be a positive number, got {}",
+            a.timeout_secs
+        ));
+    };
+    if let Some(id) = &a.id
+        && !edgevlm::publish::query::valid_id(id)
+    {
+        return usage("--id must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`".into());
+    }
+    let cfg = MqttConfig {
+        broker,
+        credentials: a.username.map(|username| CredentialSource {
+            username,
+            password: a.password,
+        }),
+        tls: TlsFiles {
+            ca_file: a.ca_file,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let endpoint = match edgevlm::publish::Endpoint::external(&cfg) {
+        Ok(e) => e,
+        Err(e) => return usage(e.to_string()),
+    };
+    let options = AskOptions {
+        endpoint,
+        prefix: a.prefix,
+        camera: a.camera,
+        question: a.question,
+        window_secs: a.window_secs,
+        max_tokens: a.max_tokens,
+        timeout,
+        id: a.id,
+    };
+    let json = a.json;
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    use std::io::Write;
+    let outcome = rt.block_on(edgevlm::publish::ask::ask(options, |text| {
+        if !json {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }));
+    match outcome {
+        Ok(AskOutcome::Answered(answer)) => {
+            if json {
+                println!("{}", serde_json::to_string(&answer).unwrap_or_default());
+            } else {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(AskOutcome::Refused(reply)) => {
+            if json {
+                println!("{}", serde_json::to_string(&reply).unwrap_or_default());
+            }
+            eprintln!("error: {}: {}", reply.error.code, reply.error.message);
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(3)
+        }
+    }
+}
 
 async fn probe(cam: CameraConfig, frames: usize, json: bool) -> anyhow::Result<()> {
     let vision = edgevlm::config::VisionConfig::default();

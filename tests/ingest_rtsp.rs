@@ -287,7 +287,7 @@ async fn the_run_command_never_logs_a_camera_password() {
     std::fs::write(
         &cfg,
         format!(
-            "[runtime]\nstatus_interval_secs = 0.5\n\n\
+            "[mqtt]\nenabled = false\n\n[runtime]\nstatus_interval_secs = 0.5\n\n\
              [[cameras]]\nid = \"ok\"\nuri = \"{url}\"\nsample_fps = 2\nusername = \"viewer\"\npassword_file = \"cam.pw\"\n\n\
              [[cameras]]\nid = \"wrong\"\nuri = \"{url}\"\nsample_fps = 2\nusername = \"viewer\"\npassword_env = \"WRONG_PW\"\nretry_initial_secs = 0.2\n",
             url = server.url()

@@ -62,7 +62,7 @@ fn sighup_with_an_invalid_file_keeps_the_running_configuration() {
     let dir = std::env::temp_dir().join(format!("edgevlm-hup-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("edgevlm.toml");
-    let good = "[runtime]\nstatus_interval_secs = 0.3\n\n[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\nsample_fps = 2\n";
+    let good = "[mqtt]\nenabled = false\n\n[runtime]\nstatus_interval_secs = 0.3\n\n[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\nsample_fps = 2\n";
     std::fs::write(&file, good).unwrap();
     let child = edgevlm()
         .args(["run", "-c", file.to_str().unwrap()])

@@ -73,7 +73,7 @@ fn run_sends_ready_then_watchdog_pings_then_stopping() {
     let cfg = dir.join("edgevlm.toml");
     std::fs::write(
         &cfg,
-        "[runtime]\nstate_dir = \"state\"\n\n[[cameras]]\nid = \"demo\"\nuri = \"test://ball\"\n",
+        "[mqtt]\nenabled = false\n\n[runtime]\nstate_dir = \"state\"\n\n[[cameras]]\nid = \"demo\"\nuri = \"test://ball\"\n",
     )
     .unwrap();
     let child = edgevlm()

@@ -31,7 +31,7 @@ fn metrics_and_status_describe_the_running_cameras() {
     std::fs::write(
         &cfg,
         format!(
-            "[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"state\"\n\n\
+            "[mqtt]\nenabled = false\n\n[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"state\"\n\n\
              [telemetry]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
              [[cameras]]\nid = \"yard\"\nuri = \"test://ball\"\nsample_fps = 4\n\n\
              [[cameras]]\nid = \"gone\"\nuri = \"rtsp://127.0.0.1:{}/x\"\nretry_initial_secs = 0.2\n",
@@ -104,7 +104,7 @@ fn metrics_and_status_describe_the_running_cameras() {
     let cfg2 = dir.join("second.toml");
     std::fs::write(
         &cfg2,
-        "[runtime]\nstate_dir = \"state\"\n\n[[cameras]]\nid = \"yard\"\nuri = \"test://ball\"\n",
+        "[mqtt]\nenabled = false\n\n[runtime]\nstate_dir = \"state\"\n\n[[cameras]]\nid = \"yard\"\nuri = \"test://ball\"\n",
     )
     .unwrap();
     let err = refused(&cfg2);

@@ -4,10 +4,15 @@
 
 mod decode;
 mod engine;
+mod mqtt;
 mod source;
 
 pub use decode::{ConfigError, ConfigErrors};
 pub use engine::EngineConfig;
+pub use mqtt::{
+    BrokerChoice, BrokerUser, EmbeddedConfig, MqttConfig, MqttProtocol, TlsFiles, WhenFull,
+    check_topic_prefix,
+};
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
 
 use decode::{Fields, Sink};
@@ -23,6 +28,8 @@ pub struct Config {
     pub vision: VisionConfig,
     /// Metrics endpoint and control socket.
     pub telemetry: TelemetryConfig,
+    /// MQTT broker, topics, outbox and questions.
+    pub mqtt: MqttConfig,
     /// Cameras in file order.
     pub cameras: Vec<CameraConfig>,
     /// The model and how it runs (`[engine]`).
@@ -239,9 +246,15 @@ pub fn known_keys() -> Vec<String> {
         "cameras".into(),
         toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
     );
-    for section in ["runtime", "vision", "telemetry", "engine"] {
+    for section in ["runtime", "vision", "telemetry", "engine", "mqtt"] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
+    let mut mqtt = toml::Table::new();
+    mqtt.insert(
+        "users".into(),
+        toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
+    );
+    table.insert("mqtt".into(), toml::Value::Table(mqtt));
     let mut sink = Sink::default();
     let _ = decode_config(&table, None, &mut sink);
     sink.known
@@ -259,6 +272,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let telemetry = decode_telemetry(telemetry_t, &runtime, sink);
     let engine_t = top.table("engine", sink).unwrap_or(&empty);
     let engine = engine::decode_engine(engine_t, base_dir, sink);
+    let mqtt_t = top.table("mqtt", sink).unwrap_or(&empty);
+    let mqtt = mqtt::decode_mqtt(mqtt_t, base_dir, sink);
 
     let mut cameras = Vec::new();
     match top.raw("cameras", sink) {
@@ -305,6 +320,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         runtime,
         vision,
         telemetry,
+        mqtt,
         cameras,
         engine,
     }

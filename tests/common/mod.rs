@@ -2,6 +2,7 @@
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 
 pub mod frames;
+pub mod mqtt;
 pub mod rtsp;
 
 use std::io::{BufRead, BufReader};

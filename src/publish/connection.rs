@@ -1,0 +1,440 @@
+//! The task that owns the broker connection.
+//!
+//! Two tasks: the *poller* only polls rumqttc's event loop (which progresses only while polled,
+//! and whose `poll` is not safe to cancel in a `select!`), backs off with jitter after errors
+//! (rumqttc retries in a tight loop by itself, FACTS §3.1) and forwards events; the *controller*
+//! owns the outbox side: it hands messages to the client, matches packet ids to messages,
+//! re-subscribes and republishes `online` and the retained state after every CONNACK, and
+//! validates incoming questions.
+
+use super::outbox::{Class, Message};
+use super::payload::{ErrorCode, ErrorNotice, ErrorReply, QueryError, unix_now};
+use super::publisher::{QueryRequest, ReplyTo, Shared, lock};
+use super::query::validate;
+use super::wire::{Incoming, WireClient, WireEvent, WireLoop};
+use crate::supervisor::Backoff;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// Publishes handed to rumqttc but not yet written, at most (its channel has headroom above
+/// this for SUBSCRIBE and DISCONNECT).
+pub(crate) const HANDED_LIMIT: usize = 64;
+
+/// A connection that lasted this long resets the reconnect backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+
+type Polled = Result<WireEvent, (String, Duration)>;
+
+pub(crate) struct Poller {
+    pub eventloop: WireLoop,
+    pub events: mpsc::Sender<Polled>,
+    /// How many errors the controller has seen (it must stop handing messages first).
+    pub seen_errors: watch::Receiver<u64>,
+    pub backoff: Backoff,
+}
+
+impl Poller {
+    pub async fn run(mut self) {
+        let mut errors = 0u64;
+        let mut connected_at: Option<Instant> = None;
+        loop {
+            match self.eventloop.poll().await {
+                Ok(WireEvent::Disconnected) => {
+                    let _ = self.events.send(Ok(WireEvent::Disconnected)).await;
+                    return;
+                }
+                Ok(event) => {
+                    if matches!(event, WireEvent::ConnAck) {
+                        connected_at = Some(Instant::now());
+                    }
+                    if self.events.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    self.eventloop.forget_pending();
+                    if connected_at
+                        .take()
+                        .is_some_and(|t| t.elapsed() >= STABLE_AFTER)
+                    {
+                        self.backoff.reset();
+                    }
+                    let delay = self.backoff.next_delay();
+                    errors += 1;
+                    if self.events.send(Err((e, delay))).await.is_err() {
+                        return;
+                    }
+                    let until = errors;
+                    let seen = async {
+                        let _ = self.seen_errors.wait_for(|n| *n >= until).await;
+                    };
+                    tokio::join!(tokio::time::sleep(delay), seen);
+                    // Anything handed to the client before the controller saw the error would be
+                    // sent on the next connection without the controller knowing: drop it (the
+                    // outbox still has every reliable message).
+                    self.eventloop.forget_pending();
+                }
+            }
+        }
+    }
+}
+
+pub(crate) struct Controller {
+    pub shared: Arc<Shared>,
+    pub client: WireClient,
+    pub events: mpsc::Receiver<Polled>,
+    pub seen_errors: watch::Sender<u64>,
+    pub queries: mpsc::Sender<QueryRequest>,
+    pub shutdown: watch::Receiver<bool>,
+    pub describe: String,
+    /// Outbox ids of the publishes handed to the client, in order (`None`: retained state).
+    pub handed: VecDeque<Option<u64>>,
+    /// Packet id → outbox id, written and awaiting PUBACK.
+    pub inflight: HashMap<u16, u64>,
+    pub connected: bool,
+    pub warned_mismatch: bool,
+    pub was_connected: bool,
+}
+
+impl Controller {
+    pub async fn run(mut self, flush_bound: Duration) {
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => break,
+                event = self.events.recv() => match event {
+                    Some(event) => self.handle(event),
+                    None => {
+                        tracing::error!("MQTT event loop ended unexpectedly; publishing stopped");
+                        return;
+                    }
+                },
+                _ = self.shared.wake.notified() => {}
+            }
+            self.pump();
+        }
+        self.close(flush_bound).await;
+    }
+
+    /// Clean shutdown: `offline` (retained) after everything queued, wait for the acknowledgements
+    /// (at most `bound`), then DISCONNECT (which suppresses the last will in MQTT 3.1.1, hence the
+    /// explicit `offline`).
+    async fn close(&mut self, bound: Duration) {
+        let deadline = tokio::time::Instant::now() + bound;
+        if !self.connected {
+            tracing::info!(
+                pending = lock(&self.shared.outbox).len(),
+                "MQTT broker unreachable at shutdown; queued messages are dropped"
+            );
+            return;
+        }
+        let available = self.shared.topics.available();
+        lock(&self.shared.outbox).push(Message {
+            topic: available,
+            payload: b"offline".to_vec(),
+            retain: true,
+            class: Class::Reliable,
+            correlation: None,
+        });
+        self.pump();
+        while self.connected && !lock(&self.shared.outbox).is_empty() {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(event)) => self.handle(event),
+                Ok(None) | Err(_) => break,
+            }
+            self.pump();
+        }
+        let left = lock(&self.shared.outbox).len();
+        if left > 0 {
+            tracing::warn!(
+                pending = left,
+                "MQTT messages not acknowledged before shutdown"
+            );
+        }
+        if self.connected && self.client.try_disconnect().is_ok() {
+            while let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.events.recv()).await
+            {
+                if matches!(event, Ok(WireEvent::Disconnected) | Err(_)) {
+                    break;
+                }
+            }
+        }
+        tracing::info!(broker = %self.describe, "MQTT disconnected");
+    }
+
+    fn handle(&mut self, event: Polled) {
+        let counters = &self.shared.counters;
+        match event {
+            Err((error, delay)) => {
+                counters.connection_errors.fetch_add(1, Ordering::Relaxed);
+                counters.connected.store(false, Ordering::Relaxed);
+                let lost = self.connected;
+                self.connected = false;
+                self.handed.clear();
+                self.inflight.clear();
+                lock(&self.shared.outbox).disconnected();
+                self.seen_errors.send_modify(|n| *n += 1);
+                let retry = format!("{:.1}", delay.as_secs_f64());
+                if lost {
+                    tracing::warn!(broker = %self.describe, error = %error, retry_in_secs = %retry, "MQTT connection lost; messages wait in the outbox");
+                } else {
+                    tracing::warn!(broker = %self.describe, error = %error, retry_in_secs = %retry, "MQTT broker unreachable");
+                }
+                *lock(&self.shared.last_error) = Some(error);
+            }
+            Ok(WireEvent::ConnAck) => {
+                self.connected = true;
+                counters.connected.store(true, Ordering::Relaxed);
+                counters.connects.fetch_add(1, Ordering::Relaxed);
+                lock(&self.shared.outbox).connected();
+                if self
+                    .client
+                    .try_subscribe(&self.shared.topics.query_filter())
+                    .is_err()
+                {
+                    tracing::error!("MQTT request channel full; questions are not subscribed");
+                }
+                {
+                    let mut r = lock(&self.shared.retained);
+                    r.values
+                        .insert(self.shared.topics.available(), Some(b"online".to_vec()));
+                    let topics: Vec<String> = r.values.keys().cloned().collect();
+                    r.dirty.extend(topics);
+                }
+                let pending = lock(&self.shared.outbox).len();
+                if self.was_connected {
+                    tracing::info!(broker = %self.describe, resending = pending, "MQTT reconnected");
+                } else {
+                    tracing::info!(broker = %self.describe, pending, "MQTT connected");
+                }
+                self.was_connected = true;
+            }
+            Ok(WireEvent::Written(pkid)) => match self.handed.pop_front() {
+                Some(Some(id)) if pkid == 0 => lock(&self.shared.outbox).delivered(id),
+                Some(Some(id)) => {
+                    self.inflight.insert(pkid, id);
+                }
+                Some(None) => {}
+                None => {
+                    if !self.warned_mismatch {
+                        self.warned_mismatch = true;
+                        tracing::warn!(pkid, "MQTT publish written that was not handed by us");
+                    }
+                }
+            },
+            Ok(WireEvent::Acked(pkid, refused)) => {
+                if let Some(id) = self.inflight.remove(&pkid) {
+                    lock(&self.shared.outbox).delivered(id);
+                }
+                if let Some(reason) = refused {
+                    counters.refused_by_broker.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(reason = %reason, "The MQTT broker refused a publish");
+                }
+            }
+            Ok(WireEvent::Message(m)) => self.question(m),
+            Ok(WireEvent::SubscribeRefused) => {
+                tracing::error!(
+                    filter = %self.shared.topics.query_filter(),
+                    "The MQTT broker refused the subscription to questions (check its ACL)"
+                );
+            }
+            Ok(WireEvent::Disconnected) | Ok(WireEvent::Subscribed) | Ok(WireEvent::Other) => {}
+        }
+    }
+
+    /// Hands retained state, then queued messages, to the client while its channel has room.
+    fn pump(&mut self) {
+        if !self.connected {
+            return;
+        }
+        while self.handed.len() < HANDED_LIMIT {
+            let next_state = {
+                let mut r = lock(&self.shared.retained);
+                match r.dirty.pop_first() {
+                    None => None,
+                    Some(topic) => {
+                        let value = r.values.get(&topic).cloned().flatten();
+                        if value.is_none() {
+                            r.values.remove(&topic);
+                        }
+                        Some((topic, value))
+                    }
+                }
+            };
+            if let Some((topic, value)) = next_state {
+                let payload = value.unwrap_or_default();
+                if self
+                    .client
+                    .try_publish(&topic, true, true, payload, None)
+                    .is_ok()
+                {
+                    self.handed.push_back(None);
+                } else {
+                    lock(&self.shared.retained).dirty.insert(topic);
+                    return;
+                }
+                continue;
+            }
+            let mut outbox = lock(&self.shared.outbox);
+            let Some((id, m)) = outbox.next_to_send() else {
+                return;
+            };
+            let ok = self
+                .client
+                .try_publish(
+                    &m.topic,
+                    true,
+                    m.retain,
+                    m.payload.clone(),
+                    m.correlation.as_deref(),
+                )
+                .is_ok();
+            if ok {
+                self.handed.push_back(Some(id));
+            } else {
+                outbox.unsend(id);
+                return;
+            }
+        }
+    }
+
+    /// A message on `<prefix>/+/query`: validate, then hand it on or reply with an error.
+    fn question(&mut self, m: Incoming) {
+        let shared = self.shared.clone();
+        let topics = &shared.topics;
+        let counters = &shared.counters;
+        let Some(camera) = topics.query_camera(&m.topic) else {
+            return;
+        };
+        if m.retain {
+            // A stored question is stale, and would be answered again after every reconnect.
+            counters
+                .queries_retained_ignored
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(topic = %m.topic, "Ignoring a retained question");
+            return;
+        }
+        let correlation = m.correlation.as_ref().map(|c| c.to_vec());
+        let response_topic = match &m.response_topic {
+            Some(t) if topics.response_topic_allowed(t) => Some(Ok(t.clone())),
+            Some(t) => Some(Err(t.clone())),
+            None => None,
+        };
+        let result = {
+            let cameras = lock(&shared.cameras);
+            validate(camera, &m.payload, &shared.limits, &cameras)
+        };
+        let reply_for = |id: &str| ReplyTo {
+            id: id.to_string(),
+            camera: camera.to_string(),
+            topic: match &response_topic {
+                Some(Ok(t)) => t.clone(),
+                _ => topics.answer(camera, id),
+            },
+            correlation: correlation.clone(),
+        };
+        let publisher = super::Publisher {
+            shared: shared.clone(),
+        };
+        match (result, &response_topic) {
+            (result, Some(Err(bad))) => {
+                counters.queries_rejected.fetch_add(1, Ordering::Relaxed);
+                let error = QueryError::new(
+                    ErrorCode::BadResponseTopic,
+                    format!(
+                        "replies may not be published on `{}` (the runtime's own topics are \
+                         reserved; use a topic outside `{}/` or an answer topic)",
+                        bad.chars().take(128).collect::<String>(),
+                        topics.prefix()
+                    ),
+                );
+                match result {
+                    Ok(q) => {
+                        publisher.answer_error(&reply_for(&q.id), error);
+                    }
+                    Err(super::query::Rejection { id: Some(id), .. }) => {
+                        publisher.answer_error(&reply_for(&id), error);
+                    }
+                    Err(r) => self.notice(&m.topic, camera, r.raw_id, error),
+                }
+            }
+            (Ok(query), _) => {
+                let reply = reply_for(&query.id);
+                let request = QueryRequest {
+                    query,
+                    reply,
+                    received: Instant::now(),
+                };
+                match self.queries.try_send(request) {
+                    Ok(()) => {
+                        counters.queries_accepted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(mpsc::error::TrySendError::Full(r)) => {
+                        counters.queries_busy.fetch_add(1, Ordering::Relaxed);
+                        publisher.answer_error(
+                            &r.reply,
+                            QueryError::new(
+                                ErrorCode::Busy,
+                                format!(
+                                    "{} questions are already waiting (mqtt.query_queue); ask again later",
+                                    self.queries.max_capacity()
+                                ),
+                            ),
+                        );
+                    }
+                    Err(mpsc::error::TrySendError::Closed(r)) => {
+                        counters.queries_accepted.fetch_add(1, Ordering::Relaxed);
+                        publisher.answer_error(&r.reply, QueryError::no_model());
+                    }
+                }
+            }
+            (Err(rejection), _) => {
+                counters.queries_rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(topic = %m.topic, code = %rejection.error.code, "Question refused");
+                match (rejection.id, &response_topic) {
+                    (Some(id), _) => {
+                        publisher.answer_error(&reply_for(&id), rejection.error);
+                    }
+                    // An MQTT 5 requester is waiting on its response topic: answer there even
+                    // without an id (the correlation data identifies the request).
+                    (None, Some(Ok(_))) => {
+                        let reply = reply_for("");
+                        let body = ErrorReply {
+                            id: String::new(),
+                            error: rejection.error,
+                        };
+                        publisher.push(
+                            reply.topic,
+                            serde_json::to_vec(&body).unwrap_or_default(),
+                            Class::Reliable,
+                            reply.correlation,
+                        );
+                    }
+                    (None, _) => self.notice(&m.topic, camera, rejection.raw_id, rejection.error),
+                }
+            }
+        }
+    }
+
+    fn notice(&self, topic: &str, camera: &str, raw_id: Option<String>, error: QueryError) {
+        let notice = ErrorNotice {
+            topic: topic.chars().take(256).collect(),
+            camera: Some(camera.chars().take(64).collect()),
+            id: raw_id,
+            error,
+            ts: unix_now(),
+        };
+        let publisher = super::Publisher {
+            shared: self.shared.clone(),
+        };
+        publisher.push(
+            self.shared.topics.errors(),
+            serde_json::to_vec(&notice).unwrap_or_default(),
+            Class::Reliable,
+            None,
+        );
+    }
+}

@@ -1,0 +1,400 @@
+//! The typed publishing API the stages call. Every method serialises, pushes into the outbox and
+//! returns: nothing here waits on the network (a `std` mutex is held for the push only).
+
+use super::outbox::{Class, Message, Outbox, OutboxStats, Pushed};
+use super::payload::{
+    Answer, ChangeEvent, Chunk, ErrorReply, Narration, QueryError, StatusMessage, unix_now,
+};
+use super::query::{CameraDirectory, Query, QueryLimits};
+use super::topics::Topics;
+use crate::supervisor::CameraReport;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+use tokio::sync::Notify;
+
+/// Where the answer to one query goes: its answer topic (or MQTT 5 response topic) and the
+/// correlation data to echo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyTo {
+    /// The query's id (empty only for error replies to a query without a usable id).
+    pub id: String,
+    /// The camera asked about.
+    pub camera: String,
+    /// Topic the replies are published on.
+    pub topic: String,
+    /// MQTT 5 correlation data from the query, echoed on every reply.
+    pub correlation: Option<Vec<u8>>,
+}
+
+/// A valid question, handed to the query stage.
+#[derive(Debug, Clone)]
+pub struct QueryRequest {
+    /// What was asked.
+    pub query: Query,
+    /// Where to answer.
+    pub reply: ReplyTo,
+    /// When it arrived (for time-to-first-token).
+    pub received: Instant,
+}
+
+/// Counters of the MQTT side, for status lines and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PublishStats {
+    /// Connected to the broker now.
+    pub connected: bool,
+    /// Successful connections (CONNACKs) since start.
+    pub connects: u64,
+    /// Connection attempts or connections that failed.
+    pub connection_errors: u64,
+    /// The last connection error.
+    pub last_error: Option<String>,
+    /// Outbox bound.
+    pub outbox_capacity: u64,
+    /// Outbox counters.
+    pub outbox: OutboxStats,
+    /// Valid questions handed to the query stage.
+    pub queries_accepted: u64,
+    /// Questions refused by validation.
+    pub queries_rejected: u64,
+    /// Valid questions refused because the query queue was full (`busy`).
+    pub queries_busy: u64,
+    /// Retained messages on query topics, ignored (a stored question is stale).
+    pub queries_retained_ignored: u64,
+    /// Publishes an MQTT 5 broker acknowledged with a failure reason (e.g. not authorized).
+    pub refused_by_broker: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub connected: AtomicBool,
+    pub connects: AtomicU64,
+    pub connection_errors: AtomicU64,
+    pub queries_accepted: AtomicU64,
+    pub queries_rejected: AtomicU64,
+    pub queries_busy: AtomicU64,
+    pub queries_retained_ignored: AtomicU64,
+    pub refused_by_broker: AtomicU64,
+}
+
+/// Retained per-topic state (availability, camera status): the latest value wins and is sent
+/// again after every reconnect, outside the bounded outbox.
+#[derive(Debug, Default)]
+pub(crate) struct RetainedState {
+    /// Topic → payload; `None`: clear the retained message (empty payload), then forget it.
+    pub values: BTreeMap<String, Option<Vec<u8>>>,
+    /// Topics to (re)send.
+    pub dirty: BTreeSet<String>,
+}
+
+pub(crate) struct Shared {
+    pub topics: Topics,
+    pub outbox: Mutex<Outbox>,
+    pub retained: Mutex<RetainedState>,
+    pub wake: Notify,
+    pub cameras: Mutex<CameraDirectory>,
+    pub limits: QueryLimits,
+    pub counters: Counters,
+    pub last_error: Mutex<Option<String>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these cannot leave it inconsistent in a way that matters more
+    // than stopping publishing altogether.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The handle the stages publish through; cheap to clone.
+#[derive(Clone)]
+pub struct Publisher {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("prefix", &self.shared.topics.prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    pub(crate) fn new(
+        topics: Topics,
+        outbox: Outbox,
+        limits: QueryLimits,
+        cameras: CameraDirectory,
+    ) -> Self {
+        Publisher {
+            shared: Arc::new(Shared {
+                topics,
+                outbox: Mutex::new(outbox),
+                retained: Mutex::new(RetainedState::default()),
+                wake: Notify::new(),
+                cameras: Mutex::new(cameras),
+                limits,
+                counters: Counters::default(),
+                last_error: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The topic layout.
+    pub fn topics(&self) -> &Topics {
+        &self.shared.topics
+    }
+
+    /// A finished narration on `<prefix>/<camera>/narration` (QoS 1, kept until acknowledged).
+    pub fn narration(&self, narration: &Narration) -> Pushed {
+        let topic = self.shared.topics.narration(&narration.camera);
+        self.push(topic, json(narration), Class::Reliable, None)
+    }
+
+    /// A narration chunk on `<prefix>/<camera>/narration/stream` (QoS 1 while connected; not
+    /// queued during an outage).
+    pub fn narration_chunk(&self, camera: &str, chunk: &Chunk) -> Pushed {
+        let topic = self.shared.topics.narration_stream(camera);
+        self.push(topic, json(chunk), Class::Stream, None)
+    }
+
+    /// An answer chunk on the query's reply topic.
+    pub fn answer_chunk(&self, reply: &ReplyTo, chunk: &Chunk) -> Pushed {
+        self.push(
+            reply.topic.clone(),
+            json(chunk),
+            Class::Stream,
+            reply.correlation.clone(),
+        )
+    }
+
+    /// The final answer on the query's reply topic (QoS 1, kept until acknowledged).
+    pub fn answer_final(&self, reply: &ReplyTo, answer: &Answer) -> Pushed {
+        self.push(
+            reply.topic.clone(),
+            json(answer),
+            Class::Reliable,
+            reply.correlation.clone(),
+        )
+    }
+
+    /// An error reply `{id, error: {code, message}}` on the query's reply topic.
+    pub fn answer_error(&self, reply: &ReplyTo, error: QueryError) -> Pushed {
+        let body = ErrorReply {
+            id: reply.id.clone(),
+            error,
+        };
+        self.push(
+            reply.topic.clone(),
+            json(&body),
+            Class::Reliable,
+            reply.correlation.clone(),
+        )
+    }
+
+    /// A change event on `<prefix>/<camera>/events` (QoS 1).
+    pub fn event(&self, event: &ChangeEvent) -> Pushed {
+        let topic = self.shared.topics.events(&event.camera);
+        self.push(topic, json(event), Class::Reliable, None)
+    }
+
+    /// The retained status of a camera; the latest one is sent now and again after a reconnect.
+    pub fn status(&self, report: &CameraReport) {
+        let body = json(&StatusMessage {
+            report,
+            ts: unix_now(),
+        });
+        self.set_retained(self.shared.topics.status(&report.camera), Some(body));
+    }
+
+    /// Clears the retained status of a camera that no longer exists.
+    pub fn clear_status(&self, camera: &str) {
+        self.set_retained(self.shared.topics.status(camera), None);
+    }
+
+    /// Replaces the cameras questions may name (after a reload).
+    pub fn set_cameras(&self, cameras: CameraDirectory) {
+        *lock(&self.shared.cameras) = cameras;
+    }
+
+    /// A stream of chunks for one answer, numbering them; `finish` sends the last chunk and the
+    /// final message.
+    pub fn answer_stream(&self, reply: ReplyTo) -> AnswerStream {
+        AnswerStream {
+            publisher: self.clone(),
+            reply,
+            seq: 0,
+        }
+    }
+
+    /// A stream of chunks for one narration.
+    pub fn narration_stream(
+        &self,
+        camera: impl Into<String>,
+        id: impl Into<String>,
+    ) -> NarrationStream {
+        NarrationStream {
+            publisher: self.clone(),
+            camera: camera.into(),
+            id: id.into(),
+            seq: 0,
+        }
+    }
+
+    /// Whether the broker connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.shared.counters.connected.load(Ordering::Relaxed)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PublishStats {
+        let c = &self.shared.counters;
+        let outbox = lock(&self.shared.outbox);
+        PublishStats {
+            connected: c.connected.load(Ordering::Relaxed),
+            connects: c.connects.load(Ordering::Relaxed),
+            connection_errors: c.connection_errors.load(Ordering::Relaxed),
+            last_error: lock(&self.shared.last_error).clone(),
+            outbox_capacity: outbox.capacity() as u64,
+            outbox: outbox.stats(),
+            queries_accepted: c.queries_accepted.load(Ordering::Relaxed),
+            queries_rejected: c.queries_rejected.load(Ordering::Relaxed),
+            queries_busy: c.queries_busy.load(Ordering::Relaxed),
+            queries_retained_ignored: c.queries_retained_ignored.load(Ordering::Relaxed),
+            refused_by_broker: c.refused_by_broker.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn push(
+        &self,
+        topic: String,
+        payload: Vec<u8>,
+        class: Class,
+        correlation: Option<Vec<u8>>,
+    ) -> Pushed {
+        self.push_message(Message {
+            topic,
+            payload,
+            retain: false,
+            class,
+            correlation,
+        })
+    }
+
+    pub(crate) fn push_message(&self, message: Message) -> Pushed {
+        let topic_for_log = (message.class == Class::Reliable).then(|| message.topic.clone());
+        let outcome = lock(&self.shared.outbox).push(message);
+        match outcome {
+            Pushed::Queued | Pushed::Skipped => {}
+            Pushed::Oversized => {
+                tracing::error!(
+                    topic = topic_for_log.as_deref().unwrap_or(""),
+                    "MQTT message larger than 1 MiB refused"
+                );
+            }
+            Pushed::QueuedDroppedOldest | Pushed::DroppedNewest => {
+                tracing::debug!(
+                    topic = topic_for_log.as_deref().unwrap_or(""),
+                    outcome = ?outcome,
+                    "MQTT outbox full; a message was dropped"
+                );
+            }
+        }
+        self.shared.wake.notify_one();
+        outcome
+    }
+
+    fn set_retained(&self, topic: String, payload: Option<Vec<u8>>) {
+        {
+            let mut r = lock(&self.shared.retained);
+            r.values.insert(topic.clone(), payload);
+            r.dirty.insert(topic);
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Chunks of one answer, numbered from 0.
+#[derive(Debug)]
+pub struct AnswerStream {
+    publisher: Publisher,
+    reply: ReplyTo,
+    seq: u64,
+}
+
+impl AnswerStream {
+    /// Where the replies go.
+    pub fn reply(&self) -> &ReplyTo {
+        &self.reply
+    }
+
+    /// Publishes the next piece of text.
+    pub fn chunk(&mut self, delta: &str) -> Pushed {
+        let chunk = Chunk {
+            id: self.reply.id.clone(),
+            seq: self.seq,
+            delta: delta.to_string(),
+            done: false,
+        };
+        self.seq += 1;
+        self.publisher.answer_chunk(&self.reply, &chunk)
+    }
+
+    /// Publishes the closing chunk (`done: true`, empty delta) and the final answer.
+    pub fn finish(self, answer: &Answer) -> Pushed {
+        let chunk = Chunk {
+            id: self.reply.id.clone(),
+            seq: self.seq,
+            delta: String::new(),
+            done: true,
+        };
+        self.publisher.answer_chunk(&self.reply, &chunk);
+        self.publisher.answer_final(&self.reply, answer)
+    }
+
+    /// Ends the answer with an error reply instead (e.g. generation failed midway).
+    pub fn fail(self, error: QueryError) -> Pushed {
+        self.publisher.answer_error(&self.reply, error)
+    }
+}
+
+/// Chunks of one narration, numbered from 0.
+#[derive(Debug)]
+pub struct NarrationStream {
+    publisher: Publisher,
+    camera: String,
+    id: String,
+    seq: u64,
+}
+
+impl NarrationStream {
+    /// Publishes the next piece of text.
+    pub fn chunk(&mut self, delta: &str) -> Pushed {
+        let chunk = Chunk {
+            id: self.id.clone(),
+            seq: self.seq,
+            delta: delta.to_string(),
+            done: false,
+        };
+        self.seq += 1;
+        self.publisher.narration_chunk(&self.camera, &chunk)
+    }
+
+    /// Publishes the closing chunk and the narration itself.
+    pub fn finish(self, narration: &Narration) -> Pushed {
+        let chunk = Chunk {
+            id: self.id.clone(),
+            seq: self.seq,
+            delta: String::new(),
+            done: true,
+        };
+        self.publisher.narration_chunk(&self.camera, &chunk);
+        self.publisher.narration(narration)
+    }
+}
+
+fn json<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    // Our payload types are plain structs of strings and numbers: serialisation cannot fail.
+    serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec())
+}

@@ -1,0 +1,504 @@
+//! Questions: validation of a query payload, as a pure function, into a typed [`Query`] or a typed
+//! [`Rejection`] that says where the error reply goes and what was wrong.
+
+use super::payload::{ErrorCode, QueryError};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A valid question for one camera.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    /// Client-chosen id (1-64 characters of `A-Z a-z 0-9 _ - .`), part of the answer topic.
+    pub id: String,
+    /// Camera id (from the topic).
+    pub camera: String,
+    /// The question, trimmed.
+    pub question: String,
+    /// How much recent footage to ground the answer on (the camera's whole window by default).
+    pub window: Duration,
+    /// Most tokens to generate; `None`: the engine's default.
+    pub max_tokens: Option<u32>,
+}
+
+/// A refused query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The id to reply to, when the payload carried a usable one; `None`: reply on `errors`.
+    pub id: Option<String>,
+    /// An id that was present but unusable (shown on the errors topic, truncated).
+    pub raw_id: Option<String>,
+    /// What was wrong.
+    pub error: QueryError,
+}
+
+/// Limits a query must respect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryLimits {
+    /// Largest payload (`mqtt.query_max_bytes`).
+    pub max_bytes: usize,
+    /// Longest question in characters (`mqtt.question_max_chars`).
+    pub question_max_chars: usize,
+    /// Largest `max_tokens` a client may ask for.
+    pub max_tokens: u32,
+}
+
+/// The largest `max_tokens` accepted.
+pub const MAX_TOKENS_LIMIT: u32 = 4096;
+
+/// Payloads up to this size are still parsed when they are too large, to find the id to reply to.
+const PARSE_FOR_ID_LIMIT: usize = 1 << 20;
+
+/// Fields a query may carry.
+const FIELDS: [&str; 4] = ["id", "question", "window_secs", "max_tokens"];
+
+/// The cameras questions may name, each with how much footage it keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CameraDirectory {
+    cameras: BTreeMap<String, Duration>,
+}
+
+impl CameraDirectory {
+    /// From `(id, kept window)` pairs.
+    pub fn new(cameras: impl IntoIterator<Item = (String, Duration)>) -> Self {
+        CameraDirectory {
+            cameras: cameras.into_iter().collect(),
+        }
+    }
+
+    /// Every configured camera with its `window_secs`.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        CameraDirectory::new(config.cameras.iter().map(|c| (c.id.clone(), c.window)))
+    }
+
+    /// The footage a camera keeps, if it exists.
+    pub fn window(&self, camera: &str) -> Option<Duration> {
+        self.cameras.get(camera).copied()
+    }
+
+    /// Camera ids, sorted.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.cameras.keys().map(String::as_str)
+    }
+}
+
+/// Whether `id` can be used in a topic level and in logs.
+pub fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+/// Validates the payload of a query that arrived for `camera`. Pure: no I/O, no clock.
+pub fn validate(
+    camera: &str,
+    payload: &[u8],
+    limits: &QueryLimits,
+    cameras: &CameraDirectory,
+) -> Result<Query, Rejection> {
+    let oversized = payload.len() > limits.max_bytes;
+    if payload.len() > PARSE_FOR_ID_LIMIT {
+        return Err(reject(None, None, too_large(payload.len(), limits)));
+    }
+    let text = std::str::from_utf8(payload).map_err(|e| {
+        reject(
+            None,
+            None,
+            QueryError::new(
+                ErrorCode::Malformed,
+                format!(
+                    "the payload is not UTF-8 (invalid byte at offset {})",
+                    e.valid_up_to()
+                ),
+            ),
+        )
+    })?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        let err = if oversized {
+            too_large(payload.len(), limits)
+        } else {
+            QueryError::new(
+                ErrorCode::Malformed,
+                format!(
+                    "the payload is not JSON ({e}); expected {{\"id\": \"…\", \"question\": \"…\"}}"
+                ),
+            )
+        };
+        reject(None, None, err)
+    })?;
+    let Some(obj) = value.as_object() else {
+        return Err(reject(
+            None,
+            None,
+            QueryError::new(
+                ErrorCode::Malformed,
+                format!(
+                    "expected a JSON object {{\"id\": \"…\", \"question\": \"…\"}}, got {}",
+                    json_type(&value)
+                ),
+            ),
+        ));
+    };
+
+    let id = match obj.get("id") {
+        None => {
+            return Err(reject(
+                None,
+                None,
+                QueryError::new(
+                    ErrorCode::MissingField,
+                    "`id` is required (1-64 characters of A-Z, a-z, 0-9, `_`, `-`, `.`); answers go to <prefix>/<camera>/answer/<id>",
+                ),
+            ));
+        }
+        Some(serde_json::Value::String(s)) if valid_id(s) => s.clone(),
+        Some(serde_json::Value::String(s)) => {
+            return Err(reject(
+                None,
+                Some(s.chars().take(64).collect()),
+                QueryError::new(
+                    ErrorCode::InvalidField,
+                    "`id` must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.` (it becomes a topic level)",
+                ),
+            ));
+        }
+        Some(other) => {
+            return Err(reject(
+                None,
+                None,
+                QueryError::new(
+                    ErrorCode::InvalidField,
+                    format!("`id` must be a string, got {}", json_type(other)),
+                ),
+            ));
+        }
+    };
+    let fail = |error: QueryError| reject(Some(id.clone()), None, error);
+    if oversized {
+        return Err(fail(too_large(payload.len(), limits)));
+    }
+    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(fail(QueryError::new(
+            ErrorCode::InvalidField,
+            format!(
+                "unknown field `{}` (known: {})",
+                truncate(unknown, 64),
+                FIELDS.join(", ")
+            ),
+        )));
+    }
+    let question = match obj.get("question") {
+        None => {
+            return Err(fail(QueryError::new(
+                ErrorCode::MissingField,
+                "`question` is required",
+            )));
+        }
+        Some(serde_json::Value::String(q)) => q.trim(),
+        Some(other) => {
+            return Err(fail(QueryError::new(
+                ErrorCode::InvalidField,
+                format!("`question` must be a string, got {}", json_type(other)),
+            )));
+        }
+    };
+    let window_secs = match obj.get("window_secs") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Number(n)) => match n.as_f64() {
+            Some(w) if w.is_finite() && w > 0.0 => Some(w),
+            _ => {
+                return Err(fail(QueryError::new(
+                    ErrorCode::InvalidField,
+                    format!("`window_secs` must be a number > 0, got {n}"),
+                )));
+            }
+        },
+        Some(other) => {
+            return Err(fail(QueryError::new(
+                ErrorCode::InvalidField,
+                format!("`window_secs` must be a number, got {}", json_type(other)),
+            )));
+        }
+    };
+    let max_tokens = match obj.get("max_tokens") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=u64::from(limits.max_tokens)).contains(&n) => Some(n as u32),
+            _ => {
+                return Err(fail(QueryError::new(
+                    ErrorCode::InvalidField,
+                    format!(
+                        "`max_tokens` must be an integer between 1 and {}, got {}",
+                        limits.max_tokens,
+                        truncate(&v.to_string(), 32)
+                    ),
+                )));
+            }
+        },
+    };
+
+    let Some(kept) = cameras.window(camera) else {
+        let known: Vec<&str> = cameras.ids().collect();
+        return Err(fail(QueryError::new(
+            ErrorCode::UnknownCamera,
+            format!(
+                "no camera `{}` (cameras: {})",
+                truncate(camera, 64),
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        )));
+    };
+    if question.is_empty() {
+        return Err(fail(QueryError::new(
+            ErrorCode::EmptyQuestion,
+            "`question` is empty",
+        )));
+    }
+    let chars = question.chars().count();
+    if chars > limits.question_max_chars {
+        return Err(fail(QueryError::new(
+            ErrorCode::QuestionTooLong,
+            format!(
+                "`question` has {chars} characters; at most {} are accepted",
+                limits.question_max_chars
+            ),
+        )));
+    }
+    let window = match window_secs {
+        None => kept,
+        // A little slack: a client asking for exactly the configured window must not be refused
+        // because of float rounding.
+        Some(w) if w <= kept.as_secs_f64() + 1e-6 => Duration::from_secs_f64(w).min(kept),
+        Some(w) => {
+            return Err(fail(QueryError::new(
+                ErrorCode::WindowTooLong,
+                format!(
+                    "`window_secs` = {w} is more than camera `{camera}` keeps ({} s, its window_secs)",
+                    kept.as_secs_f64()
+                ),
+            )));
+        }
+    };
+    Ok(Query {
+        id,
+        camera: camera.to_string(),
+        question: question.to_string(),
+        window,
+        max_tokens,
+    })
+}
+
+fn reject(id: Option<String>, raw_id: Option<String>, error: QueryError) -> Rejection {
+    Rejection { id, raw_id, error }
+}
+
+fn too_large(len: usize, limits: &QueryLimits) -> QueryError {
+    QueryError::new(
+        ErrorCode::TooLarge,
+        format!(
+            "the payload has {len} bytes; at most {} are accepted (mqtt.query_max_bytes)",
+            limits.max_bytes
+        ),
+    )
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n).collect();
+        t.push('…');
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: QueryLimits = QueryLimits {
+        max_bytes: 512,
+        question_max_chars: 40,
+        max_tokens: 256,
+    };
+
+    fn cams() -> CameraDirectory {
+        CameraDirectory::new([("door".to_string(), Duration::from_secs(60))])
+    }
+
+    fn check(camera: &str, payload: &str) -> Result<Query, Rejection> {
+        validate(camera, payload.as_bytes(), &LIMITS, &cams())
+    }
+
+    fn code(camera: &str, payload: &str) -> (Option<String>, ErrorCode) {
+        let r = check(camera, payload).unwrap_err();
+        (r.id, r.error.code)
+    }
+
+    #[test]
+    fn a_valid_query_defaults_to_the_whole_window() {
+        let q = check("door", r#"{"id":"q-1","question":"  Who came in? "}"#).unwrap();
+        assert_eq!(q.question, "Who came in?");
+        assert_eq!(q.window, Duration::from_secs(60));
+        assert_eq!(q.max_tokens, None);
+        let q = check(
+            "door",
+            r#"{"id":"q.2","question":"x","window_secs":60,"max_tokens":64}"#,
+        )
+        .unwrap();
+        assert_eq!(q.window, Duration::from_secs(60));
+        assert_eq!(q.max_tokens, Some(64));
+    }
+
+    #[test]
+    fn each_bad_request_gets_its_code_and_keeps_its_id_when_usable() {
+        let id = Some("a".to_string());
+        let cases: &[(&str, &str, Option<String>, ErrorCode)] = &[
+            ("door", "not json", None, ErrorCode::Malformed),
+            ("door", "[1,2]", None, ErrorCode::Malformed),
+            ("door", r#"{"question":"x"}"#, None, ErrorCode::MissingField),
+            (
+                "door",
+                r#"{"id":7,"question":"x"}"#,
+                None,
+                ErrorCode::InvalidField,
+            ),
+            (
+                "door",
+                r#"{"id":"a/b","question":"x"}"#,
+                None,
+                ErrorCode::InvalidField,
+            ),
+            ("door", r#"{"id":"a"}"#, id.clone(), ErrorCode::MissingField),
+            (
+                "door",
+                r#"{"id":"a","question":3}"#,
+                id.clone(),
+                ErrorCode::InvalidField,
+            ),
+            (
+                "door",
+                r#"{"id":"a","question":"  "}"#,
+                id.clone(),
+                ErrorCode::EmptyQuestion,
+            ),
+            (
+                "door",
+                &format!(r#"{{"id":"a","question":"{}"}}"#, "x".repeat(41)),
+                id.clone(),
+                ErrorCode::QuestionTooLong,
+            ),
+            (
+                "yard",
+                r#"{"id":"a","question":"x"}"#,
+                id.clone(),
+                ErrorCode::UnknownCamera,
+            ),
+            (
+                "door",
+                r#"{"id":"a","question":"x","window_secs":61}"#,
+                id.clone(),
+                ErrorCode::WindowTooLong,
+            ),
+            (
+                "door",
+                r#"{"id":"a","question":"x","window_secs":-1}"#,
+                id.clone(),
+                ErrorCode::InvalidField,
+            ),
+            (
+                "door",
+                r#"{"id":"a","question":"x","window_secs":"5"}"#,
+                id.clone(),
+                ErrorCode::InvalidField,
+            ),
+            (
+                "door",
+                r#"{"id":"a","question":"x","max_tokens":0}"#,
+                id.clone(),
+                ErrorCode::InvalidField,
+            ),
+            (
+                "door",
+                r#"{"id":"a","question":"x","max_tokens":1.5}"#,
+                id.clone(),
+                ErrorCode::InvalidField,
+            ),
+            (
+                "door",
+                r#"{"id":"a","question":"x","windw_secs":5}"#,
+                id.clone(),
+                ErrorCode::InvalidField,
+            ),
+            (
+                "door",
+                &format!(r#"{{"id":"a","question":"x","pad":"{}"}}"#, "p".repeat(600)),
+                id.clone(),
+                ErrorCode::TooLarge,
+            ),
+        ];
+        for (camera, payload, want_id, want_code) in cases {
+            assert_eq!(
+                code(camera, payload),
+                (want_id.clone(), *want_code),
+                "payload {payload}"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_say_what_was_wrong() {
+        let r = check("yard", r#"{"id":"a","question":"x"}"#).unwrap_err();
+        assert_eq!(r.error.message, "no camera `yard` (cameras: door)");
+        let r = check("door", r#"{"id":"a","question":"x","window_secs":90}"#).unwrap_err();
+        assert!(
+            r.error.message.contains("keeps (60 s"),
+            "{}",
+            r.error.message
+        );
+        let r = check("door", r#"{"id":"bad id!","question":"x"}"#).unwrap_err();
+        assert_eq!(r.raw_id.as_deref(), Some("bad id!"));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A cheap fuzz: every prefix of a few payloads, and random bytes.
+        let seeds = [
+            r#"{"id":"a","question":"x","window_secs":1e400}"#,
+            "{\"id\":\"a\",\"question\":\"\u{1F600}\"}",
+            "\u{0}\u{ff}",
+        ];
+        for s in seeds {
+            for end in 0..=s.len() {
+                let _ = validate("door", &s.as_bytes()[..end], &LIMITS, &cams());
+            }
+        }
+        let mut x = 0x1234_5678_u64;
+        for _ in 0..2000 {
+            let bytes: Vec<u8> = (0..(x % 64))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = validate("door", &bytes, &LIMITS, &cams());
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The publisher against real brokers (Mosquitto on a free port, and the embedded rumqttd):
+//! availability and last will, retained status, and nothing lost within the outbox bound while
+//! the broker is unreachable or restarted without persistence.
+
+mod common;
+
+use common::mqtt::{Mosquitto, Relay, Watcher, free_port};
+use edgevlm::broker::EmbeddedBroker;
+use edgevlm::config::{BrokerChoice, EmbeddedConfig, MqttConfig, WhenFull};
+use edgevlm::publish::{
+    self, CameraDirectory, Connection, Endpoint, Narration, Publisher, StartOptions, Topics,
+    Trigger,
+};
+use edgevlm::ring::CounterSnapshot;
+use edgevlm::supervisor::{CameraReport, CameraState};
+use std::time::Duration;
+
+fn config(client_id: &str) -> MqttConfig {
+    MqttConfig {
+        broker: BrokerChoice::External {
+            host: "127.0.0.1".into(),
+            port: 1,
+            tls: false,
+        },
+        client_id: client_id.into(),
+        keep_alive: Duration::from_secs(5),
+        retry_initial: Duration::from_millis(50),
+        retry_max: Duration::from_millis(300),
+        ..MqttConfig::default()
+    }
+}
+
+fn start(cfg: &MqttConfig, port: u16) -> (Publisher, Connection) {
+    let cameras = CameraDirectory::new([("door".to_string(), Duration::from_secs(60))]);
+    let (publisher, queries, connection) = publish::start(
+        cfg,
+        Endpoint::plain("127.0.0.1", port),
+        cameras,
+        StartOptions::default(),
+    );
+    drop(queries);
+    (publisher, connection)
+}
+
+fn embedded() -> EmbeddedBroker {
+    let cfg = EmbeddedConfig {
+        listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+        users: Vec::new(),
+    };
+    EmbeddedBroker::start(&cfg, &Topics::new("edgevlm"), "unused").unwrap()
+}
+
+fn narration(n: u32) -> Narration {
+    Narration {
+        id: format!("n{n}"),
+        camera: "door".into(),
+        trigger: Trigger::Interval,
+        text: format!("narration number {n}"),
+        stream_start_secs: f64::from(n),
+        stream_end_secs: f64::from(n) + 1.0,
+        wall_start: 1.7e9,
+        wall_end: 1.7e9 + 1.0,
+        frames: 2,
+        visual_tokens: 100,
+        prompt_tokens: 130,
+        generated_tokens: 5,
+        first_token_ms: 10.0,
+        total_ms: 30.0,
+    }
+}
+
+fn report(camera: &str) -> CameraReport {
+    CameraReport {
+        camera: camera.into(),
+        state: CameraState::Running,
+        reason: None,
+        source: "test://ball".into(),
+        pipeline: "test".into(),
+        geometry: Some("336x196".into()),
+        tokens_per_frame: Some(84),
+        source_caps: None,
+        fps_in: 30.0,
+        fps_sampled: 1.0,
+        window_frames: 12,
+        window_span_secs: 11.0,
+        state_secs: 12.5,
+        prune_mode: "reference".into(),
+        kept_ratio: 0.4,
+        prune_threshold: Some(0.1),
+        counters: CounterSnapshot::default(),
+    }
+}
+
+/// Ids of narrations received, in arrival order.
+fn narration_ids(w: &Watcher) -> Vec<u32> {
+    w.on("edgevlm/door/narration")
+        .iter()
+        .filter_map(|m| m.json()["id"].as_str()?.strip_prefix('n')?.parse().ok())
+        .collect()
+}
+
+/// First occurrences in arrival order (QoS 1 may duplicate, never lose).
+fn first_occurrences(ids: &[u32]) -> Vec<u32> {
+    let mut seen = std::collections::BTreeSet::new();
+    ids.iter().copied().filter(|i| seen.insert(*i)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn availability_is_online_while_connected_and_offline_after_a_clean_shutdown() {
+    let broker = Mosquitto::start();
+    let (publisher, connection) = start(&config("avail-clean"), broker.port);
+    let w = Watcher::start(broker.port, &["edgevlm/available"]).await;
+    assert!(
+        w.wait(Duration::from_secs(10), |m| m
+            .iter()
+            .any(|m| m.text == "online"))
+            .await
+    );
+    assert!(publisher.is_connected());
+    connection.shutdown(Duration::from_secs(3)).await;
+    // A late subscriber sees the retained value: offline.
+    let late = Watcher::start(broker.port, &["edgevlm/available"]).await;
+    assert!(
+        late.wait(Duration::from_secs(5), |m| m
+            .iter()
+            .any(|m| m.retain && m.text == "offline"))
+            .await,
+        "{:?}",
+        late.messages()
+    );
+}
+
+async fn will_then_online_again(name: &str, broker_port: u16) {
+    let relay = Relay::start(broker_port).await;
+    let (_publisher, _connection) = start(&config(&format!("will-{name}")), relay.port);
+    let w = Watcher::start(broker_port, &["edgevlm/available"]).await;
+    let texts = |m: &[common::mqtt::Received]| m.iter().map(|m| m.text.clone()).collect::<Vec<_>>();
+    assert!(
+        w.wait(Duration::from_secs(10), |m| texts(m)
+            .contains(&"online".into()))
+            .await,
+        "{name}: {:?}",
+        w.messages()
+    );
+    // The link dies without a DISCONNECT: the broker publishes the will.
+    relay.cut();
+    assert!(
+        w.wait(Duration::from_secs(20), |m| texts(m)
+            .contains(&"offline".into()))
+            .await,
+        "{name}: no last will: {:?}",
+        w.messages()
+    );
+    relay.restore();
+    assert!(
+        w.wait(Duration::from_secs(10), |m| texts(m).last()
+            == Some(&"online".to_string()))
+            .await,
+        "{name}: online not republished: {:?}",
+        w.messages()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_fires_the_last_will_and_online_returns_after_reconnect() {
+    let mosquitto = Mosquitto::start();
+    will_then_online_again("mosquitto", mosquitto.port).await;
+    let embedded = embedded();
+    will_then_online_again("embedded", embedded.listen().port()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn camera_status_is_retained_for_a_late_subscriber() {
+    let mosquitto = Mosquitto::start();
+    let emb = embedded();
+    for port in [mosquitto.port, emb.listen().port()] {
+        let (publisher, _connection) = start(&config(&format!("status-{port}")), port);
+        publisher.status(&report("door"));
+        publisher.status(&report("yard"));
+        let mut second = report("door");
+        second.window_frames = 13;
+        publisher.status(&second);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let late = Watcher::start(port, &["edgevlm/+/status"]).await;
+        assert!(
+            late.wait(Duration::from_secs(10), |m| m.len() >= 2).await,
+            "port {port}: {:?}",
+            late.messages()
+        );
+        let door = late.on("edgevlm/door/status");
+        let last = door.last().unwrap();
+        assert!(last.retain);
+        let doc = last.json();
+        assert_eq!(doc["state"], "running");
+        assert_eq!(doc["window_frames"], 13);
+        assert!(doc["ts"].as_f64().unwrap() > 1.7e9);
+        // A camera removed by a reload loses its retained status.
+        publisher.clear_status("yard");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let later = Watcher::start(port, &["edgevlm/+/status"]).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(later.on("edgevlm/yard/status").is_empty(), "port {port}");
+        assert_eq!(later.on("edgevlm/door/status").len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_restarts() {
+    let mut broker = Mosquitto::start();
+    // The relay holds the publisher off until the watcher has re-subscribed to the restarted
+    // broker (which, without persistence, forgot every session and subscription).
+    let relay = Relay::start(broker.port).await;
+    let (publisher, _connection) = start(&config("outage-mosq"), relay.port);
+    let w = Watcher::start(broker.port, &["edgevlm/+/narration"]).await;
+    for n in 0..10 {
+        publisher.narration(&narration(n));
+    }
+    assert!(
+        w.wait(Duration::from_secs(10), |_| narration_ids(&w).len() >= 10)
+            .await
+    );
+    assert!(
+        common::wait_until(Duration::from_secs(5), || publisher.stats().outbox.pending
+            == 0)
+        .await
+    );
+
+    relay.cut();
+    broker.stop();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || !publisher.is_connected()).await,
+        "the publisher did not notice the outage"
+    );
+    for n in 10..40 {
+        publisher.narration(&narration(n));
+    }
+    // A chunk during the outage is not queued (the final message carries the text).
+    let mut stream = publisher.narration_stream("door", "n99");
+    stream.chunk("partial");
+    let stats = publisher.stats();
+    assert_eq!(stats.outbox.pending, 30, "{stats:?}");
+    assert_eq!(stats.outbox.stream_skipped, 1, "{stats:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    broker.restart();
+    assert!(
+        w.wait(Duration::from_secs(10), |_| w.is_subscribed()).await,
+        "watcher did not reconnect"
+    );
+    relay.restore();
+    assert!(
+        w.wait(Duration::from_secs(20), |_| first_occurrences(
+            &narration_ids(&w)
+        )
+        .len()
+            >= 40)
+            .await,
+        "got {:?}; stats {:?}",
+        narration_ids(&w),
+        publisher.stats()
+    );
+    assert_eq!(
+        first_occurrences(&narration_ids(&w)),
+        (0..40).collect::<Vec<_>>()
+    );
+    assert!(
+        common::wait_until(Duration::from_secs(5), || publisher.stats().outbox.pending
+            == 0)
+        .await
+    );
+    assert_eq!(publisher.stats().outbox.dropped_full, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrations_produced_while_the_embedded_broker_is_unreachable_arrive_in_order() {
+    let broker = embedded();
+    let relay = Relay::start(broker.listen().port()).await;
+    let (publisher, _connection) = start(&config("outage-emb"), relay.port);
+    let w = Watcher::start(broker.listen().port(), &["edgevlm/+/narration"]).await;
+    assert!(common::wait_until(Duration::from_secs(10), || publisher.is_connected()).await);
+    for n in 0..5 {
+        publisher.narration(&narration(n));
+    }
+    relay.cut();
+    for n in 5..25 {
+        publisher.narration(&narration(n));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    relay.restore();
+    assert!(
+        w.wait(Duration::from_secs(20), |_| first_occurrences(
+            &narration_ids(&w)
+        )
+        .len()
+            >= 25)
+            .await,
+        "got {:?}; stats {:?}",
+        narration_ids(&w),
+        publisher.stats()
+    );
+    assert_eq!(
+        first_occurrences(&narration_ids(&w)),
+        (0..25).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_outbox_bound_drops_are_counted_and_the_policy_decides_which() {
+    let broker = Mosquitto::start();
+    for (policy, expected) in [
+        (WhenFull::DropOldest, (3..8).collect::<Vec<u32>>()),
+        (WhenFull::DropNewest, (0..5).collect::<Vec<u32>>()),
+    ] {
+        let relay = Relay::start(broker.port).await;
+        relay.cut();
+        let mut cfg = config(&format!("bound-{policy}"));
+        cfg.outbox_capacity = 5;
+        cfg.outbox_when_full = policy;
+        let (publisher, _connection) = start(&cfg, relay.port);
+        for n in 0..8 {
+            publisher.narration(&narration(n));
+        }
+        let stats = publisher.stats();
+        assert_eq!(stats.outbox.dropped_full, 3, "{policy}: {stats:?}");
+        assert_eq!(stats.outbox.pending, 5);
+        let w = Watcher::start(broker.port, &["edgevlm/+/narration"]).await;
+        relay.restore();
+        assert!(
+            w.wait(Duration::from_secs(15), |_| narration_ids(&w).len() >= 5)
+                .await,
+            "{policy}: {:?}",
+            publisher.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(first_occurrences(&narration_ids(&w)), expected, "{policy}");
+    }
+}
