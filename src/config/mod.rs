@@ -569,8 +569,6 @@ fn decode_camera(
     }
 
     let username: Option<String> = f.opt("username", sink);
-    let password_file: Option<PathBuf> = f.opt("password_file", sink);
-    let password_env: Option<String> = f.opt("password_env", sink);
     if t.contains_key("password") {
         // Caught before `finish` so the message says why instead of "unknown key".
         f.raw("password", sink);
@@ -580,45 +578,7 @@ fn decode_camera(
              credential) or password_env",
         );
     }
-    let password = match (password_file, password_env) {
-        (Some(_), Some(_)) => {
-            sink.error(
-                f.path_of("password_env"),
-                "give either password_file or password_env, not both",
-            );
-            None
-        }
-        (Some(p), None) => {
-            let p = match expand_credentials_dir(&p) {
-                Ok(p) => p,
-                Err(msg) => {
-                    sink.error(f.path_of("password_file"), msg);
-                    p
-                }
-            };
-            let p = match base_dir {
-                Some(base) if p.is_relative() => base.join(p),
-                _ => p,
-            };
-            if let Err(e) = std::fs::metadata(&p) {
-                sink.error(
-                    f.path_of("password_file"),
-                    format!("cannot read {}: {e}", p.display()),
-                );
-            }
-            Some(PasswordSource::File(p))
-        }
-        (None, Some(v)) => {
-            if std::env::var_os(&v).is_none() {
-                sink.error(
-                    f.path_of("password_env"),
-                    format!("environment variable {v} is not set"),
-                );
-            }
-            Some(PasswordSource::Env(v))
-        }
-        (None, None) => None,
-    };
+    let password = mqtt::decode_password(&mut f, base_dir, sink);
     let credentials = match (username, password) {
         (Some(username), password) => Some(CredentialSource { username, password }),
         (None, Some(_)) => {
@@ -748,7 +708,7 @@ fn expand_credentials_dir(path: &Path) -> Result<PathBuf, String> {
     }
 }
 
-fn check_range(f: &Fields<'_>, key: &str, v: f64, min: f64, max: f64, sink: &mut Sink) {
+pub(super) fn check_range(f: &Fields<'_>, key: &str, v: f64, min: f64, max: f64, sink: &mut Sink) {
     if !(v.is_finite() && v >= min && v <= max) {
         sink.error(
             f.path_of(key),

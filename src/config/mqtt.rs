@@ -409,11 +409,11 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
     }
 
     let keep_alive: f64 = f.get("keep_alive_secs", d.keep_alive.as_secs_f64(), sink);
-    range(&f, "keep_alive_secs", keep_alive, 1.0, 3600.0, sink);
+    super::check_range(&f, "keep_alive_secs", keep_alive, 1.0, 3600.0, sink);
     let retry_initial: f64 = f.get("retry_initial_secs", d.retry_initial.as_secs_f64(), sink);
-    range(&f, "retry_initial_secs", retry_initial, 0.01, 3600.0, sink);
+    super::check_range(&f, "retry_initial_secs", retry_initial, 0.01, 3600.0, sink);
     let retry_max: f64 = f.get("retry_max_secs", d.retry_max.as_secs_f64(), sink);
-    range(&f, "retry_max_secs", retry_max, 0.01, 86400.0, sink);
+    super::check_range(&f, "retry_max_secs", retry_max, 0.01, 86400.0, sink);
     if retry_max.is_finite() && retry_initial.is_finite() && retry_max < retry_initial {
         sink.error(
             f.path_of("retry_max_secs"),
@@ -565,7 +565,9 @@ fn decode_users(
     users
 }
 
-fn decode_password(
+/// `password_file` / `password_env` of a table (a camera, the broker, a broker user): exactly one,
+/// the file readable (after `$CREDENTIALS_DIRECTORY` expansion), the variable set.
+pub(super) fn decode_password(
     f: &mut Fields<'_>,
     base_dir: Option<&Path>,
     sink: &mut Sink,
@@ -614,15 +616,6 @@ fn resolve(p: &Path, base_dir: Option<&Path>) -> PathBuf {
     match base_dir {
         Some(base) if p.is_relative() => base.join(p),
         _ => p.to_path_buf(),
-    }
-}
-
-fn range(f: &Fields<'_>, key: &str, v: f64, min: f64, max: f64, sink: &mut Sink) {
-    if !(v.is_finite() && v >= min && v <= max) {
-        sink.error(
-            f.path_of(key),
-            format!("must be between {min} and {max}, got {v}"),
-        );
     }
 }
 
