@@ -2,6 +2,8 @@
 //! character, pruning, Apollo's header pieces, the stream format, chunk-by-chunk tokenisation with
 //! the tiny tokenizer (engines/tiny/generate.py) and `edgevlm prompt`.
 
+mod engine_common;
+
 use edgevlm::engine::{SpecialText, Tokenizer};
 use edgevlm::generate::Piece;
 use edgevlm::generate::render::{
@@ -252,6 +254,34 @@ fn prompt_pieces_carry_exactly_the_visual_rows_given_in_order() {
         r.prompt(&short, hidden).unwrap_err(),
         RenderError::RowLength { index: 1, .. }
     ));
+}
+
+#[test]
+fn tiny_prefill_input_has_pruned_tokens_absent_and_visual_rows_in_place() {
+    // Positions are contiguous: text ids then each frame's kept rows, nothing for pruned tokens.
+    let generator = engine_common::generator();
+    let hidden = generator.engines().decoder().hidden();
+    let kept = [3usize, 1, 2];
+    let r = videollama3_offline(&frames(&[0.0, 1.0, 2.0], &kept), "What moves?", None).unwrap();
+    let rows: Vec<Vec<f32>> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| (0..k * hidden).map(|j| (i * 1000 + j) as f32).collect())
+        .collect();
+    let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+    let prompt = r.prompt(&refs, hidden).unwrap();
+    let (embeds, n) = generator.embed_prompt(&prompt).unwrap();
+    let text_ids = chunk_ids(generator.engines().tokenizer(), r.segments());
+    assert_eq!(n, text_ids.len() + 6);
+    assert_eq!(embeds.len(), n * hidden);
+    // The first frame's rows follow the text up to "Time 0.0s:".
+    let before: usize = match &r.segments()[..2] {
+        [Segment::Text(t, m), Segment::Visual { .. }] => {
+            generator.engines().tokenizer().encode(t, *m).len()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(&embeds[before * hidden..(before + 3) * hidden], refs[0]);
 }
 
 /// Token ids of the text segments, each tokenised on its own (what the generator does).
