@@ -157,6 +157,35 @@ enum Command {
         #[arg(long, requires = "username")]
         password_file: Option<PathBuf>,
     },
+    /// Print a rendered prompt with one placeholder per kept token (inspection and parity checks).
+    ///
+    /// videollama3 and tiny: `<image>` per kept token, offline (`Time 0.0s:` per frame) or stream
+    /// (one `<|stream_start|>` item per frame, the question as a user message after the last).
+    /// apollo: --timestamps are clip starts, each clip ends 3/4 of --clip-duration later (its last
+    /// sampled frame), `<|video_token|>` per token. Exit status 2 on bad arguments.
+    Prompt {
+        /// videollama3, apollo or tiny.
+        #[arg(long)]
+        family: String,
+        /// Frame (or Apollo clip start) times in seconds, increasing, e.g. 0,1,2.
+        #[arg(long)]
+        timestamps: String,
+        /// Kept tokens per frame, one per timestamp (default: 1 per frame, 32 per Apollo clip).
+        #[arg(long)]
+        kept: Option<String>,
+        /// The question.
+        #[arg(long)]
+        question: String,
+        /// offline (default) or stream (videollama3 and tiny only).
+        #[arg(long, default_value = "offline")]
+        format: String,
+        /// Apollo: `config.clip_duration` as stored ("2" int, "2.0" float).
+        #[arg(long, default_value = "2")]
+        clip_duration: String,
+        /// Apollo: video duration in seconds (default: last clip start + clip duration).
+        #[arg(long)]
+        duration: Option<f64>,
+    },
     /// Check a model directory, or build its TensorRT engines (docs/ENGINES.md).
     Engines {
         #[command(subcommand)]
@@ -370,6 +399,35 @@ fn main() -> ExitCode {
             report(runtime().and_then(|rt| rt.block_on(probe(cam, frames, json))))
         }
         Command::Engines { action } => engines(action),
+        Command::Prompt {
+            family,
+            timestamps,
+            kept,
+            question,
+            format,
+            clip_duration,
+            duration,
+        } => {
+            let args = edgevlm::generate::render::CliArgs {
+                family: &family,
+                timestamps: &timestamps,
+                kept: kept.as_deref(),
+                question: &question,
+                format: &format,
+                clip_duration: &clip_duration,
+                duration_secs: duration,
+            };
+            match edgevlm::generate::render::render_cli(&args) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 mod cache;
 mod detokenize;
 mod prompt;
+pub mod render;
 mod sampling;
 
 pub use cache::KvCache;
