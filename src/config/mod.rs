@@ -568,28 +568,7 @@ fn decode_camera(
         );
     }
 
-    let username: Option<String> = f.opt("username", sink);
-    if t.contains_key("password") {
-        // Caught before `finish` so the message says why instead of "unknown key".
-        f.raw("password", sink);
-        sink.error(
-            f.path_of("password"),
-            "passwords are never written in the config; use password_file (e.g. a systemd \
-             credential) or password_env",
-        );
-    }
-    let password = mqtt::decode_password(&mut f, base_dir, sink);
-    let credentials = match (username, password) {
-        (Some(username), password) => Some(CredentialSource { username, password }),
-        (None, Some(_)) => {
-            sink.error(
-                f.path_of("username"),
-                "is required when a password is given",
-            );
-            None
-        }
-        (None, None) => None,
-    };
+    let credentials = mqtt::decode_credentials(&mut f, t, base_dir, sink);
     if let (Some(_), Some(uri)) = (&credentials, &uri)
         && !matches!(uri, SourceUri::Rtsp(_))
     {

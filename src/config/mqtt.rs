@@ -355,27 +355,7 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
         );
     }
 
-    let username: Option<String> = f.opt("username", sink);
-    let password = decode_password(&mut f, base_dir, sink);
-    if t.contains_key("password") {
-        f.raw("password", sink);
-        sink.error(
-            f.path_of("password"),
-            "passwords are never written in the config; use password_file (e.g. a systemd \
-             credential) or password_env",
-        );
-    }
-    let credentials = match (username, password) {
-        (Some(username), password) => Some(CredentialSource { username, password }),
-        (None, Some(_)) => {
-            sink.error(
-                f.path_of("username"),
-                "is required when a password is given",
-            );
-            None
-        }
-        (None, None) => None,
-    };
+    let credentials = decode_credentials(&mut f, t, base_dir, sink);
     if credentials.is_some() && embedded {
         sink.error(
             f.path_of("username"),
@@ -563,6 +543,37 @@ fn decode_users(
         }
     }
     users
+}
+
+/// `username` + password source of a table (a camera, the broker); a `password` key is refused
+/// with the reason, before `finish` would call it unknown.
+pub(super) fn decode_credentials(
+    f: &mut Fields<'_>,
+    t: &toml::Table,
+    base_dir: Option<&Path>,
+    sink: &mut Sink,
+) -> Option<CredentialSource> {
+    let username: Option<String> = f.opt("username", sink);
+    let password = decode_password(f, base_dir, sink);
+    if t.contains_key("password") {
+        f.raw("password", sink);
+        sink.error(
+            f.path_of("password"),
+            "passwords are never written in the config; use password_file (e.g. a systemd \
+             credential) or password_env",
+        );
+    }
+    match (username, password) {
+        (Some(username), password) => Some(CredentialSource { username, password }),
+        (None, Some(_)) => {
+            sink.error(
+                f.path_of("username"),
+                "is required when a password is given",
+            );
+            None
+        }
+        (None, None) => None,
+    }
 }
 
 /// `password_file` / `password_env` of a table (a camera, the broker, a broker user): exactly one,
