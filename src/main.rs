@@ -1,17 +1,13 @@
 //! The `edgevlm` command line: only argument handling; every stage lives in the library.
 
+mod cli;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edgevlm::config::{CameraConfig, Config, CredentialSource, PasswordSource, SourceUri};
-use edgevlm::publish::CameraDirectory;
-use edgevlm::supervisor::{CameraReport, RateMeter, Supervisor};
-use edgevlm::telemetry::{Systemd, control, metrics};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
-use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -242,7 +238,7 @@ fn main() -> ExitCode {
             password_file,
             ca_file,
             json,
-        } => ask(AskArgs {
+        } => cli::ask::ask(cli::ask::AskArgs {
             camera,
             question,
             broker,
@@ -317,7 +313,9 @@ fn main() -> ExitCode {
                     if let (Some(w), Some(h)) = (width, height) {
                         cam.size = Some((w, h));
                     }
-                    report(runtime().and_then(|rt| rt.block_on(prune_uri(cam, frames))))
+                    report(
+                        runtime().and_then(|rt| rt.block_on(cli::inspect::prune_uri(cam, frames))),
+                    )
                 }
                 (None, None) => ExitCode::from(2),
             }
@@ -343,10 +341,10 @@ fn main() -> ExitCode {
                     None => return ExitCode::from(2),
                 },
             };
-            report(runtime().and_then(|rt| rt.block_on(status(socket, json))))
+            report(runtime().and_then(|rt| rt.block_on(cli::status::status(socket, json))))
         }
         Command::Run { config } => match load(&config) {
-            Some(cfg) => report(runtime().and_then(|rt| rt.block_on(run(config, cfg)))),
+            Some(cfg) => report(runtime().and_then(|rt| rt.block_on(cli::run::run(config, cfg)))),
             None => ExitCode::from(2),
         },
         Command::Probe {
@@ -396,9 +394,9 @@ fn main() -> ExitCode {
                     .map(PasswordSource::Env)
                     .or(password_file.map(PasswordSource::File)),
             });
-            report(runtime().and_then(|rt| rt.block_on(probe(cam, frames, json))))
+            report(runtime().and_then(|rt| rt.block_on(cli::inspect::probe(cam, frames, json))))
         }
-        Command::Engines { action } => engines(action),
+        Command::Engines { action } => cli::engines::engines(action),
         Command::Prompt {
             family,
             timestamps,
@@ -427,58 +425,6 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
-        }
-    }
-}
-
-fn engines(action: EnginesAction) -> ExitCode {
-    use edgevlm::engine::{EngineOptions, ProviderKind};
-    let (args, sizes) = match action {
-        EnginesAction::Check(args) => (args, None),
-        EnginesAction::Build { args, sizes } => (args, Some(sizes)),
-    };
-    let mut opts = match &args.config {
-        Some(path) => match load(path) {
-            Some(cfg) => EngineOptions::from_config(&cfg),
-            None => return ExitCode::from(2),
-        },
-        None => EngineOptions::cpu(edgevlm::config::EngineConfig::default().model_dir),
-    };
-    if let Some(dir) = args.dir {
-        opts.model_dir = dir;
-    }
-    if let Some(lib) = args.onnxruntime_library {
-        opts.library = Some(lib);
-    }
-    if let Some(name) = &args.provider {
-        let Some(p) = ProviderKind::from_name(name) else {
-            eprintln!("error: --provider must be cpu, cuda or tensorrt, got `{name}`");
-            return ExitCode::from(2);
-        };
-        opts = opts.with_provider(p);
-    }
-    let result = match sizes {
-        None => edgevlm::engine::check_dir(&opts).map(|r| print!("{r}")),
-        Some(sizes) => {
-            for s in sizes {
-                let parsed = s
-                    .split_once('x')
-                    .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)));
-                let Some((width, height)) = parsed else {
-                    eprintln!("error: --size must be WIDTHxHEIGHT, got `{s}`");
-                    return ExitCode::from(2);
-                };
-                opts.geometries
-                    .push(edgevlm::ingest::Geometry { width, height });
-            }
-            edgevlm::engine::build_engines(&opts, true).map(|r| print!("{r}"))
-        }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
         }
     }
 }
@@ -546,429 +492,4 @@ fn validate(path: &std::path::Path) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    edgevlm::ingest::init()?;
-    tracing::info!(summary = %config.summary(), "Starting");
-    let mut supervisor = Supervisor::start(&config);
-    let (views_tx, views_rx) = tokio::sync::watch::channel(supervisor.views());
-    let (reports_tx, reports_rx) =
-        tokio::sync::watch::channel((Instant::now(), Arc::new(Vec::new())));
-    if let Some(addr) = config.telemetry.metrics_listen {
-        let listener = metrics::bind(addr)
-            .await
-            .with_context(|| format!("telemetry.metrics_listen: cannot listen on {addr}"))?;
-        tracing::info!(address = %addr, "Serving Prometheus metrics on /metrics");
-        tokio::spawn(metrics::serve(listener, views_rx.clone()));
-    }
-    let control_socket = config.telemetry.control_socket.clone();
-    if let Some(path) = &control_socket {
-        let listener = control::bind(path)
-            .await
-            .map_err(|e| anyhow::anyhow!("telemetry.control_socket: {e}"))?;
-        tokio::spawn(control::serve(listener, reports_rx));
-    }
-    let mqtt = start_mqtt(&config)?;
-    let systemd = Systemd::from_env();
-    systemd.ready(&camera_summary(&supervisor));
-    // Without WatchdogSec the tick still runs (cheaply) so the loop has one shape.
-    let mut watchdog = tokio::time::interval(
-        systemd
-            .watchdog_interval()
-            .unwrap_or(Duration::from_secs(3600)),
-    );
-    let mut meters: HashMap<String, RateMeter> = HashMap::new();
-    for cam in supervisor.cameras() {
-        // Prime the meters so the first status line already has rates.
-        let meter = meters.entry(cam.id().to_string()).or_default();
-        meter.rates(Instant::now(), cam.shared.counters.snapshot());
-    }
-    let mut ticker = tokio::time::interval(config.runtime.status_interval);
-    ticker.tick().await;
-    let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut sighup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
-            _ = watchdog.tick() => match supervisor.healthy() {
-                // WATCHDOG=1 only from this loop and only while healthy: a stuck runtime or a stuck
-                // camera task stops the pings and systemd restarts the service.
-                Ok(()) => systemd.watchdog(),
-                Err(why) => tracing::error!(reason = %why, "Unhealthy; not feeding the systemd watchdog"),
-            },
-            _ = sighup.recv() => match Config::load(&path) {
-                Ok(new) => {
-                    systemd.reloading();
-                    let s = supervisor.reload(&new, STOP_BOUND).await;
-                    if let Some((publisher, _)) = &mqtt {
-                        // [mqtt] itself is read at start only; cameras follow reloads.
-                        publisher.set_cameras(CameraDirectory::from_config(&new));
-                        for gone in &s.removed {
-                            publisher.clear_status(gone);
-                        }
-                    }
-                    let _ = views_tx.send(supervisor.views());
-                    systemd.ready(&camera_summary(&supervisor));
-                    tracing::info!(
-                        added = ?s.added, removed = ?s.removed, restarted = ?s.restarted,
-                        unchanged = s.unchanged.len(), "Configuration reloaded"
-                    );
-                    if new.runtime.status_interval != ticker.period() {
-                        ticker = tokio::time::interval(new.runtime.status_interval);
-                        ticker.tick().await;
-                    }
-                }
-                Err(errors) => {
-                    for e in &errors.0 {
-                        tracing::error!(problem = %e, "Invalid configuration");
-                    }
-                    tracing::error!(
-                        file = %path.display(),
-                        problems = errors.0.len(),
-                        "Configuration rejected; the running configuration stays in place"
-                    );
-                }
-            },
-            _ = ticker.tick() => {
-                let mut reports = Vec::with_capacity(supervisor.cameras().len());
-                for cam in supervisor.cameras() {
-                    let meter = meters.entry(cam.id().to_string()).or_default();
-                    let r = CameraReport::collect(cam, meter);
-                    tracing::info!(target: "status", "{}", r.line());
-                    if let Some((publisher, _)) = &mqtt {
-                        publisher.status(&r);
-                    }
-                    reports.push(r);
-                }
-                if let Some((publisher, _)) = &mqtt {
-                    tracing::info!(target: "status", "{}", mqtt_line(&publisher.stats()));
-                }
-                let _ = reports_tx.send((Instant::now(), Arc::new(reports)));
-                systemd.status(&camera_summary(&supervisor));
-            }
-        }
-    }
-    tracing::info!("Shutting down");
-    systemd.stopping();
-    supervisor.shutdown(STOP_BOUND).await;
-    if let Some((_, connection)) = mqtt {
-        // After the cameras: whatever they published last is flushed, then `offline`.
-        connection.shutdown(MQTT_FLUSH_BOUND).await;
-    }
-    if let Some(path) = control_socket {
-        let _ = std::fs::remove_file(path);
-    }
-    Ok(())
-}
-
-async fn prune_uri(cam: CameraConfig, frames: usize) -> anyhow::Result<()> {
-    let vision = edgevlm::config::VisionConfig::default();
-    let mut pruner: Option<edgevlm::prune::Pruner> = None;
-    let mut failure = None;
-    let mut index = 0;
-    edgevlm::ingest::probe(&cam, &vision, frames, |f| {
-        if failure.is_some() {
-            return;
-        }
-        let (w, h) = (f.width as usize, f.height as usize);
-        if pruner.is_none() {
-            match edgevlm::prune::Pruner::new(w, h, cam.prune) {
-                Ok(p) => pruner = Some(p),
-                Err(e) => failure = Some(e.to_string()),
-            }
-        }
-        if let Some(p) = pruner.as_mut() {
-            match p.push(&f.rgb, w * 3) {
-                Ok(d) => println!("{}", edgevlm::prune::inspect::json_line(index, d)),
-                Err(e) => failure = Some(e.to_string()),
-            }
-            index += 1;
-        }
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
-    match failure {
-        Some(e) => Err(anyhow::anyhow!(e)),
-        None => Ok(()),
-    }
-}
-
-async fn status(socket: PathBuf, json: bool) -> anyhow::Result<()> {
-    let doc = control::query(&socket).await.map_err(anyhow::Error::msg)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
-    println!(
-        "edgevlm {}, pid {}, up {}, reports {:.0} s old",
-        doc.version,
-        doc.pid,
-        human_duration(doc.uptime_secs),
-        doc.report_age_secs
-    );
-    println!(
-        "{:<16} {:<9} {:>7} {:>8} {:>14} {:>18} {:>8}  LAST",
-        "CAMERA", "STATE", "IN FPS", "SAMPLED", "WINDOW", "GEOMETRY", "RESTARTS"
-    );
-    for c in &doc.cameras {
-        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-        let n = |k: &str| c[k].as_f64().unwrap_or(0.0);
-        let geometry = match (c["geometry"].as_str(), c["tokens_per_frame"].as_u64()) {
-            (Some(g), Some(t)) => format!("{g} ({t} tok)"),
-            _ => "pending".into(),
-        };
-        println!(
-            "{:<16} {:<9} {:>7.1} {:>8.2} {:>14} {:>18} {:>8}  {}",
-            s("camera"),
-            s("state"),
-            n("fps_in"),
-            n("fps_sampled"),
-            format!("{} fr/{:.0} s", n("window_frames"), n("window_span_secs")),
-            geometry,
-            c["counters"]["restarts"].as_u64().unwrap_or(0),
-            s("reason"),
-        );
-    }
-    Ok(())
-}
-
-fn human_duration(secs: f64) -> String {
-    let s = secs as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-/// "3 cameras: 2 running, 1 retrying", for systemd's STATUS=.
-fn camera_summary(supervisor: &Supervisor) -> String {
-    let mut counts: Vec<(String, usize)> = Vec::new();
-    for cam in supervisor.cameras() {
-        let state = cam.status().state.to_string();
-        match counts.iter_mut().find(|(s, _)| *s == state) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((state, 1)),
-        }
-    }
-    let n = supervisor.cameras().len();
-    let parts: Vec<String> = counts.iter().map(|(s, k)| format!("{k} {s}")).collect();
-    format!(
-        "{n} camera{}: {}",
-        if n == 1 { "" } else { "s" },
-        parts.join(", ")
-    )
-}
-
-/// How long stopping a camera may take before it is abandoned.
-const STOP_BOUND: Duration = Duration::from_secs(10);
-
-/// At shutdown, time allowed to deliver what the outbox holds and `offline`.
-const MQTT_FLUSH_BOUND: Duration = Duration::from_secs(3);
-
-/// Starts the embedded broker (if configured) and the publisher. Valid questions are answered
-/// `no_model` until the query stage consumes them (issue 5): their receiver is dropped here.
-fn start_mqtt(
-    config: &Config,
-) -> anyhow::Result<Option<(edgevlm::publish::Publisher, edgevlm::publish::Connection)>> {
-    use edgevlm::config::BrokerChoice;
-    use edgevlm::publish::{self, Endpoint, StartOptions, Topics};
-    let m = &config.mqtt;
-    if !m.enabled {
-        tracing::info!("MQTT disabled (mqtt.enabled = false)");
-        return Ok(None);
-    }
-    let endpoint = match m.broker {
-        BrokerChoice::Embedded => {
-            let topics = Topics::new(m.topic_prefix.clone());
-            edgevlm::broker::EmbeddedBroker::start(&m.embedded, &topics, &m.client_id)?
-                .runtime_endpoint()
-        }
-        BrokerChoice::External { .. } => Endpoint::external(m)?,
-    };
-    let (publisher, queries, connection) = publish::start(
-        m,
-        endpoint,
-        CameraDirectory::from_config(config),
-        StartOptions::default(),
-    );
-    drop(queries);
-    Ok(Some((publisher, connection)))
-}
-
-/// One status line for the MQTT side.
-fn mqtt_line(s: &edgevlm::publish::PublishStats) -> String {
-    let mut line = format!(
-        "mqtt: {} | outbox {}/{} | delivered {} | dropped {} (full) {} (chunks offline) | questions {} accepted, {} refused, {} busy",
-        if s.connected {
-            "connected"
-        } else {
-            "disconnected"
-        },
-        s.outbox.pending,
-        s.outbox_capacity,
-        s.outbox.delivered,
-        s.outbox.dropped_full,
-        s.outbox.stream_skipped,
-        s.queries_accepted,
-        s.queries_rejected,
-        s.queries_busy,
-    );
-    if !s.connected
-        && let Some(e) = &s.last_error
-    {
-        line.push_str(&format!(" | last error: {e}"));
-    }
-    line
-}
-
-struct AskArgs {
-    camera: String,
-    question: String,
-    broker: String,
-    prefix: String,
-    window_secs: Option<f64>,
-    max_tokens: Option<u32>,
-    timeout_secs: f64,
-    id: Option<String>,
-    username: Option<String>,
-    password: Option<PasswordSource>,
-    ca_file: Option<PathBuf>,
-    json: bool,
-}
-
-fn ask(a: AskArgs) -> ExitCode {
-    use edgevlm::config::{BrokerChoice, MqttConfig, TlsFiles};
-    use edgevlm::publish::ask::{AskOptions, AskOutcome};
-    let usage = |msg: String| {
-        eprintln!("error: {msg}");
-        ExitCode::from(2)
-    };
-    let broker = match BrokerChoice::parse(&a.broker) {
-        Ok(b @ BrokerChoice::External { .. }) => b,
-        Ok(BrokerChoice::Embedded) => {
-            return usage("--broker: give the broker's URL (mqtt://127.0.0.1:1883)".into());
-        }
-        Err(e) => return usage(format!("--broker: {e}")),
-    };
-    if let Err(e) = edgevlm::config::check_topic_prefix(&a.prefix) {
-        return usage(format!("--prefix: {e}"));
-    }
-    let Ok(timeout) = Duration::try_from_secs_f64(a.timeout_secs) else {
-        return usage(format!(
-            "--timeout-secs must be a positive number, got {}",
-            a.timeout_secs
-        ));
-    };
-    if let Some(id) = &a.id
-        && !edgevlm::publish::query::valid_id(id)
-    {
-        return usage("--id must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`".into());
-    }
-    let cfg = MqttConfig {
-        broker,
-        credentials: a.username.map(|username| CredentialSource {
-            username,
-            password: a.password,
-        }),
-        tls: TlsFiles {
-            ca_file: a.ca_file,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let endpoint = match edgevlm::publish::Endpoint::external(&cfg) {
-        Ok(e) => e,
-        Err(e) => return usage(e.to_string()),
-    };
-    let options = AskOptions {
-        endpoint,
-        prefix: a.prefix,
-        camera: a.camera,
-        question: a.question,
-        window_secs: a.window_secs,
-        max_tokens: a.max_tokens,
-        timeout,
-        id: a.id,
-    };
-    let json = a.json;
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    use std::io::Write;
-    let outcome = rt.block_on(edgevlm::publish::ask::ask(options, |text| {
-        if !json {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
-        }
-    }));
-    match outcome {
-        Ok(AskOutcome::Answered(answer)) => {
-            if json {
-                println!("{}", serde_json::to_string(&answer).unwrap_or_default());
-            } else {
-                println!();
-            }
-            ExitCode::SUCCESS
-        }
-        Ok(AskOutcome::Refused(reply)) => {
-            if json {
-                println!("{}", serde_json::to_string(&reply).unwrap_or_default());
-            }
-            eprintln!("error: {}: {}", reply.error.code, reply.error.message);
-            ExitCode::from(1)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(3)
-        }
-    }
-}
-
-async fn probe(cam: CameraConfig, frames: usize, json: bool) -> anyhow::Result<()> {
-    let vision = edgevlm::config::VisionConfig::default();
-    let summary = edgevlm::ingest::probe(&cam, &vision, frames, |f| {
-        if json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "seq": f.seq,
-                    "pts_secs": f.pts.as_secs_f64(),
-                    "width": f.width,
-                    "height": f.height,
-                })
-            );
-        } else {
-            println!(
-                "frame {:>4}  pts {:>9.3} s  {}x{} RGB  {} bytes",
-                f.seq,
-                f.pts.as_secs_f64(),
-                f.width,
-                f.height,
-                f.rgb.len()
-            );
-        }
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
-    eprintln!(
-        "probe: {} frames from {} in {:.1} s; source {}; model geometry {}",
-        summary.frames,
-        cam.uri,
-        summary.elapsed.as_secs_f64(),
-        summary.source_caps.as_deref().unwrap_or("unknown"),
-        summary
-            .geometry
-            .map(|g| format!("{g} ({} tokens/frame)", g.tokens()))
-            .unwrap_or_else(|| "unknown".into()),
-    );
-    Ok(())
 }

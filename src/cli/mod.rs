@@ -1,0 +1,7 @@
+//! Handlers of the subcommands that do more than parse arguments; `main.rs` dispatches to them.
+
+pub(crate) mod ask;
+pub(crate) mod engines;
+pub(crate) mod inspect;
+pub(crate) mod run;
+pub(crate) mod status;

@@ -1,0 +1,52 @@
+//! `edgevlm status`: read a running instance through its control socket.
+
+use edgevlm::telemetry::control;
+use std::path::PathBuf;
+
+pub(crate) async fn status(socket: PathBuf, json: bool) -> anyhow::Result<()> {
+    let doc = control::query(&socket).await.map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    println!(
+        "edgevlm {}, pid {}, up {}, reports {:.0} s old",
+        doc.version,
+        doc.pid,
+        human_duration(doc.uptime_secs),
+        doc.report_age_secs
+    );
+    println!(
+        "{:<16} {:<9} {:>7} {:>8} {:>14} {:>18} {:>8}  LAST",
+        "CAMERA", "STATE", "IN FPS", "SAMPLED", "WINDOW", "GEOMETRY", "RESTARTS"
+    );
+    for c in &doc.cameras {
+        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+        let n = |k: &str| c[k].as_f64().unwrap_or(0.0);
+        let geometry = match (c["geometry"].as_str(), c["tokens_per_frame"].as_u64()) {
+            (Some(g), Some(t)) => format!("{g} ({t} tok)"),
+            _ => "pending".into(),
+        };
+        println!(
+            "{:<16} {:<9} {:>7.1} {:>8.2} {:>14} {:>18} {:>8}  {}",
+            s("camera"),
+            s("state"),
+            n("fps_in"),
+            n("fps_sampled"),
+            format!("{} fr/{:.0} s", n("window_frames"), n("window_span_secs")),
+            geometry,
+            c["counters"]["restarts"].as_u64().unwrap_or(0),
+            s("reason"),
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn human_duration(secs: f64) -> String {
+    let s = secs as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
