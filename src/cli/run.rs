@@ -18,12 +18,14 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     let (views_tx, views_rx) = tokio::sync::watch::channel(supervisor.views());
     let (reports_tx, reports_rx) =
         tokio::sync::watch::channel((Instant::now(), Arc::new(Vec::new())));
+    let mqtt = start_mqtt(&config)?;
     if let Some(addr) = config.telemetry.metrics_listen {
         let listener = metrics::bind(addr)
             .await
             .with_context(|| format!("telemetry.metrics_listen: cannot listen on {addr}"))?;
         tracing::info!(address = %addr, "Serving Prometheus metrics on /metrics");
-        tokio::spawn(metrics::serve(listener, views_rx.clone()));
+        let publisher = mqtt.as_ref().map(|(p, _)| p.clone());
+        tokio::spawn(metrics::serve(listener, views_rx.clone(), publisher));
     }
     let control_socket = config.telemetry.control_socket.clone();
     if let Some(path) = &control_socket {
@@ -32,7 +34,6 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("telemetry.control_socket: {e}"))?;
         tokio::spawn(control::serve(listener, reports_rx));
     }
-    let mqtt = start_mqtt(&config)?;
     let systemd = Systemd::from_env();
     systemd.ready(&camera_summary(&supervisor));
     // Without WatchdogSec the tick still runs (cheaply) so the loop has one shape.

@@ -3,6 +3,7 @@
 //! A few dozen lines of HTTP/1.0 on a tokio listener instead of an HTTP framework: one read-only
 //! page, no keep-alive, bounded request size and time, so a scraper cannot hold resources.
 
+use crate::publish::{PublishStats, Publisher};
 use crate::supervisor::{CameraState, CameraView};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -181,13 +182,116 @@ pub fn render(views: &[CameraView]) -> String {
     out
 }
 
+/// Renders the MQTT publisher's counters (connection, outbox, questions).
+pub fn render_publish(p: &PublishStats) -> String {
+    let o = &p.outbox;
+    let rows: [(&str, &str, &str, f64); 14] = [
+        (
+            "edgevlm_mqtt_connected",
+            "gauge",
+            "1 while connected to the broker.",
+            f64::from(u8::from(p.connected)),
+        ),
+        (
+            "edgevlm_mqtt_connects_total",
+            "counter",
+            "Successful connections (CONNACKs).",
+            p.connects as f64,
+        ),
+        (
+            "edgevlm_mqtt_connection_errors_total",
+            "counter",
+            "Failed connection attempts or lost connections.",
+            p.connection_errors as f64,
+        ),
+        (
+            "edgevlm_mqtt_outbox_capacity",
+            "gauge",
+            "Outbox bound (messages).",
+            p.outbox_capacity as f64,
+        ),
+        (
+            "edgevlm_mqtt_outbox_pending",
+            "gauge",
+            "Messages queued or awaiting acknowledgement.",
+            o.pending as f64,
+        ),
+        (
+            "edgevlm_mqtt_outbox_pending_bytes",
+            "gauge",
+            "Approximate bytes held by the outbox.",
+            o.pending_bytes as f64,
+        ),
+        (
+            "edgevlm_mqtt_messages_accepted_total",
+            "counter",
+            "Messages accepted into the outbox.",
+            o.accepted as f64,
+        ),
+        (
+            "edgevlm_mqtt_messages_delivered_total",
+            "counter",
+            "Messages acknowledged by the broker.",
+            o.delivered as f64,
+        ),
+        (
+            "edgevlm_mqtt_messages_dropped_full_total",
+            "counter",
+            "Messages lost to a full outbox.",
+            o.dropped_full as f64,
+        ),
+        (
+            "edgevlm_mqtt_chunks_skipped_total",
+            "counter",
+            "Stream chunks not sent because the broker was unreachable.",
+            o.stream_skipped as f64,
+        ),
+        (
+            "edgevlm_mqtt_messages_resent_total",
+            "counter",
+            "Messages sent again after a reconnect.",
+            o.resent as f64,
+        ),
+        (
+            "edgevlm_mqtt_queries_accepted_total",
+            "counter",
+            "Valid questions handed to the query stage.",
+            p.queries_accepted as f64,
+        ),
+        (
+            "edgevlm_mqtt_queries_rejected_total",
+            "counter",
+            "Questions refused by validation.",
+            p.queries_rejected as f64,
+        ),
+        (
+            "edgevlm_mqtt_queries_busy_total",
+            "counter",
+            "Valid questions refused because the queue was full.",
+            p.queries_busy as f64,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, value) in rows {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+    out
+}
+
 /// Binds the metrics listener (so a taken port is an error at startup, not later).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
 /// Serves `/metrics` from `views` until the listener fails; each client is handled on its own.
-pub async fn serve(listener: TcpListener, views: watch::Receiver<Vec<CameraView>>) {
+pub async fn serve(
+    listener: TcpListener,
+    views: watch::Receiver<Vec<CameraView>>,
+    publisher: Option<Publisher>,
+) {
     loop {
         let (mut stream, _) = match listener.accept().await {
             Ok(c) => c,
@@ -198,13 +302,17 @@ pub async fn serve(listener: TcpListener, views: watch::Receiver<Vec<CameraView>
             }
         };
         let views = views.clone();
+        let publisher = publisher.clone();
         tokio::spawn(async move {
             let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await
             {
                 Ok(Some(head))
                     if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") =>
                 {
-                    let body = render(&views.borrow());
+                    let mut body = render(&views.borrow());
+                    if let Some(p) = &publisher {
+                        body.push_str(&render_publish(&p.stats()));
+                    }
                     format!(
                         "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                         body.len()
@@ -239,5 +347,32 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
         if buf.len() > MAX_REQUEST {
             return None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publisher_counters_render_as_prometheus_text() {
+        let mut stats = PublishStats {
+            connected: true,
+            outbox_capacity: 1000,
+            ..PublishStats::default()
+        };
+        stats.outbox.pending = 7;
+        stats.outbox.dropped_full = 2;
+        let text = render_publish(&stats);
+        assert!(text.contains("\nedgevlm_mqtt_connected 1\n"), "{text}");
+        assert!(text.contains("\nedgevlm_mqtt_outbox_pending 7\n"), "{text}");
+        assert!(
+            text.contains("\nedgevlm_mqtt_messages_dropped_full_total 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE edgevlm_mqtt_queries_busy_total counter"),
+            "{text}"
+        );
     }
 }
