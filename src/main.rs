@@ -74,45 +74,7 @@ enum Command {
     ///
     /// Exit status: 0 answered, 1 the runtime replied with an error (its code and message are
     /// printed), 3 no answer in time or the broker is unreachable, 2 bad arguments.
-    Ask {
-        /// Camera id.
-        camera: String,
-        /// The question.
-        question: String,
-        /// Broker URL (mqtt://host:port or mqtts://host:port).
-        #[arg(long, default_value = "mqtt://127.0.0.1:1883")]
-        broker: String,
-        /// Topic prefix of the runtime.
-        #[arg(long, default_value = "edgevlm")]
-        prefix: String,
-        /// Seconds of recent footage to ground the answer on (default: the camera's window).
-        #[arg(long)]
-        window_secs: Option<f64>,
-        /// Most tokens to generate.
-        #[arg(long)]
-        max_tokens: Option<u32>,
-        /// Give up after this many seconds without the final answer.
-        #[arg(long, default_value_t = 60.0)]
-        timeout_secs: f64,
-        /// Query id (default: a fresh one).
-        #[arg(long)]
-        id: Option<String>,
-        /// Broker user name.
-        #[arg(long)]
-        username: Option<String>,
-        /// Environment variable that holds the broker password.
-        #[arg(long, requires = "username", conflicts_with = "password_file")]
-        password_env: Option<String>,
-        /// File that holds the broker password.
-        #[arg(long, requires = "username")]
-        password_file: Option<PathBuf>,
-        /// CA certificates (PEM) for an mqtts:// broker (default: the system's).
-        #[arg(long)]
-        ca_file: Option<PathBuf>,
-        /// Print the final answer (or the error reply) as one JSON line instead of the text.
-        #[arg(long)]
-        json: bool,
-    },
+    Ask(cli::ask::AskArgs),
     /// Check a configuration file: every problem is reported, one line each; exit 2 if any.
     Validate {
         /// Configuration file.
@@ -224,36 +186,7 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Command::Validate { file } => validate(&file),
-        Command::Ask {
-            camera,
-            question,
-            broker,
-            prefix,
-            window_secs,
-            max_tokens,
-            timeout_secs,
-            id,
-            username,
-            password_env,
-            password_file,
-            ca_file,
-            json,
-        } => cli::ask::ask(cli::ask::AskArgs {
-            camera,
-            question,
-            broker,
-            prefix,
-            window_secs,
-            max_tokens,
-            timeout_secs,
-            id,
-            username,
-            password: password_env
-                .map(PasswordSource::Env)
-                .or(password_file.map(PasswordSource::File)),
-            ca_file,
-            json,
-        }),
+        Command::Ask(args) => cli::ask::ask(args),
         Command::Prune {
             raw,
             uri,

@@ -6,19 +6,55 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// Arguments of `edgevlm ask`.
+#[derive(clap::Args)]
 pub(crate) struct AskArgs {
+    /// Camera id.
     pub(crate) camera: String,
+    /// The question.
     pub(crate) question: String,
+    /// Broker URL (mqtt://host:port or mqtts://host:port).
+    #[arg(long, default_value = "mqtt://127.0.0.1:1883")]
     pub(crate) broker: String,
+    /// Topic prefix of the runtime.
+    #[arg(long, default_value = "edgevlm")]
     pub(crate) prefix: String,
+    /// Seconds of recent footage to ground the answer on (default: the camera's window).
+    #[arg(long)]
     pub(crate) window_secs: Option<f64>,
+    /// Most tokens to generate.
+    #[arg(long)]
     pub(crate) max_tokens: Option<u32>,
+    /// Give up after this many seconds without the final answer.
+    #[arg(long, default_value_t = 60.0)]
     pub(crate) timeout_secs: f64,
+    /// Query id (default: a fresh one).
+    #[arg(long)]
     pub(crate) id: Option<String>,
+    /// Broker user name.
+    #[arg(long)]
     pub(crate) username: Option<String>,
-    pub(crate) password: Option<PasswordSource>,
+    /// Environment variable that holds the broker password.
+    #[arg(long, requires = "username", conflicts_with = "password_file")]
+    pub(crate) password_env: Option<String>,
+    /// File that holds the broker password.
+    #[arg(long, requires = "username")]
+    pub(crate) password_file: Option<PathBuf>,
+    /// CA certificates (PEM) for an mqtts:// broker (default: the system's).
+    #[arg(long)]
     pub(crate) ca_file: Option<PathBuf>,
+    /// Print the final answer (or the error reply) as one JSON line instead of the text.
+    #[arg(long)]
     pub(crate) json: bool,
+}
+
+impl AskArgs {
+    fn password(&self) -> Option<PasswordSource> {
+        self.password_env
+            .clone()
+            .map(PasswordSource::Env)
+            .or(self.password_file.clone().map(PasswordSource::File))
+    }
 }
 
 pub(crate) fn ask(a: AskArgs) -> ExitCode {
@@ -49,12 +85,12 @@ pub(crate) fn ask(a: AskArgs) -> ExitCode {
     {
         return usage("--id must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`".into());
     }
+    let password = a.password();
     let cfg = MqttConfig {
         broker,
-        credentials: a.username.map(|username| CredentialSource {
-            username,
-            password: a.password,
-        }),
+        credentials: a
+            .username
+            .map(|username| CredentialSource { username, password }),
         tls: TlsFiles {
             ca_file: a.ca_file,
             ..Default::default()

@@ -12,17 +12,7 @@ pub(crate) fn register(
     file: &Path,
 ) -> Result<ort::session::builder::SessionBuilder, EngineError> {
     use super::provider::{ProviderKind, unavailable};
-    use ort::ep::ExecutionProvider;
-    if !<ort::ep::CUDA as ExecutionProvider>::is_available().unwrap_or(false) {
-        return Err(unavailable(
-            ProviderKind::Cuda,
-            file,
-            format!(
-                "the ONNX Runtime library {} was built without the CUDA execution provider",
-                plan.library.display()
-            ),
-        ));
-    }
+    super::provider::require_built_in::<ort::ep::CUDA>(ProviderKind::Cuda, "CUDA", plan, file)?;
     builder
         .with_execution_providers([provider(plan.device_id).build().error_on_failure()])
         .map_err(|e| unavailable(ProviderKind::Cuda, file, e))

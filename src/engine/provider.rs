@@ -176,6 +176,27 @@ pub(crate) fn host_memory() -> Result<ort::memory::MemoryInfo<'static>, ort::Err
 }
 
 /// Maps a registration error to one that names the provider and says what to install.
+/// `Err` naming the provider when the loaded ONNX Runtime library was built without it.
+#[cfg(feature = "tensorrt")]
+pub(crate) fn require_built_in<P: ort::ep::ExecutionProvider>(
+    kind: ProviderKind,
+    label: &str,
+    plan: &SessionPlan<'_>,
+    file: &Path,
+) -> Result<(), EngineError> {
+    if P::is_available().unwrap_or(false) {
+        return Ok(());
+    }
+    Err(unavailable(
+        kind,
+        file,
+        format!(
+            "the ONNX Runtime library {} was built without the {label} execution provider",
+            plan.library.display()
+        ),
+    ))
+}
+
 pub(crate) fn unavailable(
     provider: ProviderKind,
     file: &Path,

@@ -208,17 +208,12 @@ pub(crate) fn register(
     file: &Path,
 ) -> Result<ort::session::builder::SessionBuilder, EngineError> {
     use super::provider::{ProviderKind, unavailable};
-    use ort::ep::ExecutionProvider;
-    if !<ort::ep::TensorRT as ExecutionProvider>::is_available().unwrap_or(false) {
-        return Err(unavailable(
-            ProviderKind::TensorRt,
-            file,
-            format!(
-                "the ONNX Runtime library {} was built without the TensorRT execution provider",
-                plan.library.display()
-            ),
-        ));
-    }
+    super::provider::require_built_in::<ort::ep::TensorRT>(
+        ProviderKind::TensorRt,
+        "TensorRT",
+        plan,
+        file,
+    )?;
     std::fs::create_dir_all(plan.cache_dir).map_err(|e| EngineError::Io {
         path: plan.cache_dir.to_path_buf(),
         source: e,
