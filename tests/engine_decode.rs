@@ -1,10 +1,11 @@
 //! The decoder and the generation loop on the tiny model (engines/tiny/generate.py) with real
 //! ONNX Runtime sessions: incremental decoding against full recomputation, cache forks, greedy and
-//! seeded sampling, stop conditions, streamed text and the context limit.
+//! seeded sampling, stop conditions, streamed text, the context limit, and the per-stage engine
+//! counters.
 
 mod engine_common;
 
-use edgevlm::engine::{Engines, LogitRows};
+use edgevlm::engine::{EngineStatsSnapshot, Engines, LogitRows, SpecialText};
 use edgevlm::generate::{
     GenerateError, GenerateOptions, Generator, Prompt, Sampling, StopReason, Temperature, TopP,
     Truncation,
@@ -335,4 +336,70 @@ fn the_context_limit_refuses_a_prompt_and_ends_a_generation() {
     assert_eq!(out.stop, StopReason::ContextFull);
     assert_eq!(out.cache.len(), 32);
     assert_eq!(out.tokens.len(), 5);
+}
+
+#[test]
+fn engine_stats_count_every_run_its_items_and_its_time() {
+    let mut opts = engine_common::options(&engine_common::tiny_dir());
+    opts.vision_batch_frames = 2;
+    let engines = Engines::load(&opts).unwrap();
+    assert_eq!(engines.stats(), EngineStatsSnapshot::default());
+
+    // Three frames in batches of two: two encoder runs.
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| engine_common::frame(56, 56, i)).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let visual = engines.vision().encode(&refs, 56, 56).unwrap();
+    let after_vision = engines.stats();
+    assert_eq!(
+        (after_vision.vision_runs, after_vision.vision_frames),
+        (2, 3)
+    );
+    assert!(after_vision.vision_seconds > 0.0);
+    assert_eq!(after_vision.embed_runs + after_vision.prefill_runs, 0);
+
+    // A prefill of text and one frame's tokens, then three decode steps.
+    let ids = engines
+        .tokenizer()
+        .encode("What is the cat doing?", SpecialText::AsText);
+    let mut embeds = engines.embedder().embed(&ids).unwrap();
+    embeds.extend_from_slice(visual.frame(0));
+    let n = ids.len() + visual.tokens_per_frame();
+    let positions: Vec<i64> = (0..n as i64).collect();
+    let decoder = engines.decoder();
+    let mut cache = decoder
+        .forward(
+            &decoder.empty_cache().unwrap(),
+            &embeds,
+            &positions,
+            LogitRows::Last,
+        )
+        .unwrap()
+        .present;
+    let steps = 3;
+    let mut one = Vec::new();
+    for pos in n..n + steps {
+        one.clear();
+        engines.embedder().embed_into(&ids[..1], &mut one).unwrap();
+        cache = decoder
+            .forward(&cache, &one, &[pos as i64], LogitRows::Last)
+            .unwrap()
+            .present;
+    }
+
+    let s = engines.stats();
+    assert_eq!((s.vision_runs, s.vision_frames), (2, 3));
+    assert_eq!(s.vision_seconds, after_vision.vision_seconds);
+    assert_eq!(
+        (s.embed_runs, s.embed_tokens),
+        (1 + steps as u64, (ids.len() + steps) as u64)
+    );
+    assert_eq!((s.prefill_runs, s.prefill_tokens), (1, n as u64));
+    assert_eq!(s.decode_steps, steps as u64);
+    assert!(s.embed_seconds > 0.0, "{s:?}");
+    assert!(s.prefill_seconds > 0.0, "{s:?}");
+    assert!(s.decode_seconds > 0.0, "{s:?}");
+
+    // A refused run is not work done.
+    assert!(decoder.forward(&cache, &one, &[], LogitRows::Last).is_err());
+    assert_eq!(engines.stats(), s);
 }

@@ -16,6 +16,7 @@ mod progress;
 mod provider;
 mod runtime;
 mod session;
+mod stats;
 mod tensorrt;
 mod text;
 mod tokenizer;
@@ -29,6 +30,7 @@ pub use manifest::{
 pub use progress::Progress;
 pub use provider::{ModelRole, ProviderKind, TensorRtSettings};
 pub use runtime::{LIBRARY_ENV, OrtRuntime, probe_library, resolve_library, runtime};
+pub use stats::{EngineStats, EngineStatsSnapshot};
 pub use tensorrt::{
     Profile, cache_dir as tensorrt_cache_dir, decoder_profile, embed_profile, vision_profile,
 };
@@ -42,6 +44,7 @@ use provider::SessionPlan;
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How to load a model directory.
@@ -143,6 +146,7 @@ pub struct Engines {
     providers: [ProviderKind; 3],
     prefill_chunk_tokens: usize,
     load_time: Duration,
+    stats: Arc<EngineStats>,
 }
 
 impl Engines {
@@ -200,13 +204,20 @@ impl Engines {
             &decoder_file,
             &plan(ModelRole::Decoder, opts.decoder_provider)?,
         )?;
-        let vision = VisionEncoder::new(vision_session, &manifest, opts.vision_batch_frames);
-        let embedder = Embedder::new(embed_session, &manifest);
+        let stats = Arc::new(EngineStats::default());
+        let vision = VisionEncoder::new(
+            vision_session,
+            &manifest,
+            opts.vision_batch_frames,
+            stats.clone(),
+        );
+        let embedder = Embedder::new(embed_session, &manifest, stats.clone());
         let decoder = Decoder::new(
             decoder_session,
             &manifest,
             opts.decoder_provider,
             opts.device_id,
+            stats.clone(),
         )?;
         let load_time = started.elapsed();
         tracing::info!(
@@ -232,6 +243,7 @@ impl Engines {
             ],
             prefill_chunk_tokens: chunk,
             load_time,
+            stats,
         })
     }
 
@@ -278,6 +290,11 @@ impl Engines {
     /// Time [`Engines::load`] took.
     pub fn load_time(&self) -> Duration {
         self.load_time
+    }
+
+    /// Runs, items and time of each stage since load (warm-up runs included).
+    pub fn stats(&self) -> EngineStatsSnapshot {
+        self.stats.snapshot()
     }
 }
 

@@ -10,10 +10,12 @@
 use super::error::EngineError;
 use super::manifest::{Manifest, TextSpec};
 use super::provider::{self, ProviderKind};
+use super::stats::EngineStats;
 use ort::memory::MemoryInfo;
 use ort::session::{IoBinding, Session};
 use ort::value::{DynTensor, DynTensorValueType, Tensor};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 const EMBED: &str = "token embedding";
 const DECODER: &str = "decoder";
@@ -25,6 +27,7 @@ pub struct Embedder {
     output: String,
     hidden: usize,
     vocab: u32,
+    stats: Arc<EngineStats>,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -37,13 +40,14 @@ impl std::fmt::Debug for Embedder {
 }
 
 impl Embedder {
-    pub(crate) fn new(session: Session, m: &Manifest) -> Embedder {
+    pub(crate) fn new(session: Session, m: &Manifest, stats: Arc<EngineStats>) -> Embedder {
         Embedder {
             session: Mutex::new(session),
             input: m.text.input_ids.clone(),
             output: m.text.inputs_embeds.clone(),
             hidden: m.text.hidden_size as usize,
             vocab: m.text.vocab_size,
+            stats,
         }
     }
 
@@ -71,6 +75,8 @@ impl Embedder {
         ))
         .map_err(|e| EngineError::run(EMBED, e))?;
         let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        // From after the lock: waiting for another camera's run is not this run's cost.
+        let started = Instant::now();
         let outputs = session
             .run(ort::inputs![self.input.as_str() => input])
             .map_err(|e| EngineError::run(EMBED, e))?;
@@ -88,6 +94,7 @@ impl Embedder {
             ));
         }
         out.extend_from_slice(data);
+        self.stats.record_embed(ids.len(), started.elapsed());
         Ok(())
     }
 }
@@ -164,6 +171,7 @@ pub struct Decoder {
     cache_memory: MemoryInfo<'static>,
     host_memory: MemoryInfo<'static>,
     bytes_per_position: usize,
+    stats: Arc<EngineStats>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -203,6 +211,7 @@ impl Decoder {
         m: &Manifest,
         provider: ProviderKind,
         device_id: i32,
+        stats: Arc<EngineStats>,
     ) -> Result<Decoder, EngineError> {
         let t = &m.text;
         let binding = session
@@ -233,6 +242,7 @@ impl Decoder {
             cache_memory: provider::device_memory(provider, device_id).map_err(memory_error)?,
             host_memory: provider::host_memory().map_err(memory_error)?,
             bytes_per_position: m.kv_bytes_per_position(),
+            stats,
         })
     }
 
@@ -312,6 +322,8 @@ impl Decoder {
 
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let DecoderState { session, binding } = &mut *state;
+        // From after the lock: waiting for another camera's run is not this run's cost.
+        let started = Instant::now();
         binding.clear();
         let result = (|| {
             binding
@@ -381,6 +393,9 @@ impl Decoder {
         })();
         // Drop the binding's references to the caller's cache and to the new outputs.
         binding.clear();
+        if result.is_ok() {
+            self.stats.record_decoder(s, started.elapsed());
+        }
         result
     }
 }

@@ -6,9 +6,11 @@
 
 use super::error::EngineError;
 use super::manifest::Manifest;
+use super::stats::EngineStats;
 use ort::session::Session;
 use ort::value::TensorRef;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 const MODEL: &str = "vision encoder";
 
@@ -91,6 +93,7 @@ pub struct VisionEncoder {
     token_px: u32,
     hidden: usize,
     max_batch: usize,
+    stats: Arc<EngineStats>,
 }
 
 impl std::fmt::Debug for VisionEncoder {
@@ -104,7 +107,12 @@ impl std::fmt::Debug for VisionEncoder {
 }
 
 impl VisionEncoder {
-    pub(crate) fn new(session: Session, m: &Manifest, max_batch: usize) -> VisionEncoder {
+    pub(crate) fn new(
+        session: Session,
+        m: &Manifest,
+        max_batch: usize,
+        stats: Arc<EngineStats>,
+    ) -> VisionEncoder {
         let mut lut = [[0f32; 256]; 3];
         for (c, table) in lut.iter_mut().enumerate() {
             for (v, x) in table.iter_mut().enumerate() {
@@ -123,6 +131,7 @@ impl VisionEncoder {
             token_px: m.vision.token_px(),
             hidden: m.text.hidden_size as usize,
             max_batch: max_batch.max(1),
+            stats,
         }
     }
 
@@ -187,6 +196,8 @@ impl VisionEncoder {
                     b[i] = self.lut[2][px[2] as usize];
                 }
             }
+            // Normalisation is excluded: the stage time is what the provider costs.
+            let started = Instant::now();
             let shape = [batch.len(), 3, h, w];
             // Borrowed: ONNX Runtime reads the reused buffer in place on the CPU.
             let input = TensorRef::from_array_view((shape, &pixels[..]))
@@ -211,6 +222,7 @@ impl VisionEncoder {
                 ));
             }
             data.extend_from_slice(out);
+            self.stats.record_vision(batch.len(), started.elapsed());
         }
         Ok(VisualTokens {
             frames: frames.len(),

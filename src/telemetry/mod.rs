@@ -1,8 +1,10 @@
-//! Telemetry: how the runtime reports on itself: systemd notify, a Prometheus endpoint, and the
-//! control socket behind `edgevlm status`.
+//! Telemetry: how the runtime reports on itself: systemd notify, a Prometheus endpoint with its
+//! latency histograms, and the control socket behind `edgevlm status`.
 
 pub mod control;
+pub mod histogram;
 pub mod metrics;
 mod systemd;
 
+pub use histogram::{Histogram, HistogramSnapshot, LATENCY_BUCKETS, write_histogram};
 pub use systemd::Systemd;
