@@ -1,14 +1,18 @@
 //! edgevlm: an embedded streaming-video runtime that lets a video language model watch live
-//! cameras. Modules follow the data flow: config, ingest, ring, prune, engine, generate, publish
-//! (MQTT, with the embedded broker in `broker`), supervisor, telemetry (DESIGN §2).
+//! cameras. Modules follow the data flow: config, ingest, ring, prune, engine, memory, generate,
+//! narrate, query, publish (MQTT, with the embedded broker in `broker`), supervisor, telemetry
+//! (DESIGN §2).
 
 pub mod broker;
 pub mod config;
 pub mod engine;
 pub mod generate;
 pub mod ingest;
+pub mod memory;
+pub mod narrate;
 pub mod prune;
 pub mod publish;
+pub mod query;
 pub mod ring;
 pub mod supervisor;
 pub mod telemetry;

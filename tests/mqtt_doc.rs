@@ -161,6 +161,7 @@ fn every_error_code_is_documented() {
         "busy",
         "no_model",
         "no_frames",
+        "context_full",
         "internal",
     ] {
         assert!(

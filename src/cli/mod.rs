@@ -5,3 +5,4 @@ pub(crate) mod engines;
 pub(crate) mod inspect;
 pub(crate) mod run;
 pub(crate) mod status;
+pub(crate) mod watch;

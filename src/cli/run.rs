@@ -1,7 +1,9 @@
 //! `edgevlm run`: the main loop (cameras, telemetry, MQTT, signals).
 
+use crate::cli::watch::{Watching, load_model};
 use anyhow::Context;
 use edgevlm::config::Config;
+use edgevlm::memory::Outputs;
 use edgevlm::publish::CameraDirectory;
 use edgevlm::supervisor::{CameraReport, RateMeter, Supervisor};
 use edgevlm::telemetry::{Systemd, control, metrics};
@@ -18,7 +20,21 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     let (views_tx, views_rx) = tokio::sync::watch::channel(supervisor.views());
     let (reports_tx, reports_rx) =
         tokio::sync::watch::channel((Instant::now(), Arc::new(Vec::new())));
-    let mqtt = start_mqtt(&config)?;
+    let (mqtt, questions) = match start_mqtt(&config)? {
+        Some((p, q, c)) => (Some((p, c)), Some(q)),
+        None => (None, None),
+    };
+    let model = load_model(&config).await;
+    let outputs = Outputs::new(mqtt.as_ref().map(|(p, _)| p.clone()));
+    let mut watching = Watching::new(&config, model, outputs);
+    watching.sync(&supervisor).await;
+    if let (Some(questions), Some((publisher, _))) = (questions, &mqtt) {
+        tokio::spawn(edgevlm::query::serve_mqtt(
+            watching.service().clone(),
+            questions,
+            publisher.clone(),
+        ));
+    }
     if let Some(addr) = config.telemetry.metrics_listen {
         let listener = metrics::bind(addr)
             .await
@@ -56,7 +72,7 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = sigterm.recv() => break,
-            _ = watchdog.tick() => match supervisor.healthy() {
+            _ = watchdog.tick() => match supervisor.healthy().and_then(|()| watching.healthy()) {
                 // WATCHDOG=1 only from this loop and only while healthy: a stuck runtime or a stuck
                 // camera task stops the pings and systemd restarts the service.
                 Ok(()) => systemd.watchdog(),
@@ -66,6 +82,7 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 Ok(new) => {
                     systemd.reloading();
                     let s = supervisor.reload(&new, STOP_BOUND).await;
+                    watching.sync(&supervisor).await;
                     if let Some((publisher, _)) = &mqtt {
                         // [mqtt] itself is read at start only; cameras follow reloads.
                         publisher.set_cameras(CameraDirectory::from_config(&new));
@@ -116,6 +133,8 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("Shutting down");
     systemd.stopping();
+    // Generation first (it ends at its next token), then the cameras it reads from.
+    watching.shutdown().await;
     supervisor.shutdown(STOP_BOUND).await;
     if let Some((_, connection)) = mqtt {
         // After the cameras: whatever they published last is flushed, then `offline`.
@@ -152,11 +171,15 @@ const STOP_BOUND: Duration = Duration::from_secs(10);
 /// At shutdown, time allowed to deliver what the outbox holds and `offline`.
 const MQTT_FLUSH_BOUND: Duration = Duration::from_secs(3);
 
-/// Starts the embedded broker (if configured) and the publisher. Valid questions are answered
-/// `no_model` until the query stage consumes them (issue 5): their receiver is dropped here.
-pub(crate) fn start_mqtt(
-    config: &Config,
-) -> anyhow::Result<Option<(edgevlm::publish::Publisher, edgevlm::publish::Connection)>> {
+/// The publisher, the valid questions it receives, and its connection.
+type Mqtt = (
+    edgevlm::publish::Publisher,
+    tokio::sync::mpsc::Receiver<edgevlm::publish::QueryRequest>,
+    edgevlm::publish::Connection,
+);
+
+/// Starts the embedded broker (if configured) and the publisher.
+pub(crate) fn start_mqtt(config: &Config) -> anyhow::Result<Option<Mqtt>> {
     use edgevlm::config::BrokerChoice;
     use edgevlm::publish::{self, Endpoint, StartOptions, Topics};
     let m = &config.mqtt;
@@ -178,8 +201,7 @@ pub(crate) fn start_mqtt(
         CameraDirectory::from_config(config),
         StartOptions::default(),
     );
-    drop(queries);
-    Ok(Some((publisher, connection)))
+    Ok(Some((publisher, queries, connection)))
 }
 
 /// One status line for the MQTT side.

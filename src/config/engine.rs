@@ -7,6 +7,8 @@ use std::path::PathBuf;
 /// The engine stage's settings (`[engine]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
+    /// Whether the model is loaded (off: ingest only; questions are answered `no_model`).
+    pub enabled: bool,
     /// Model directory (holds `manifest.toml`).
     pub model_dir: PathBuf,
     /// ONNX Runtime shared library; `None` searches `ORT_DYLIB_PATH`, then the project venv.
@@ -34,6 +36,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
+            enabled: true,
             model_dir: PathBuf::from("engines/tiny/model"),
             onnxruntime_library: None,
             provider: ProviderKind::Cpu,
@@ -59,6 +62,7 @@ pub(crate) fn decode_engine(
 ) -> EngineConfig {
     let d = EngineConfig::default();
     let mut f = Fields::new("engine", "engine", t);
+    let enabled: bool = f.get("enabled", d.enabled, sink);
     let resolve = |p: PathBuf| match base_dir {
         Some(base) if p.is_relative() => base.join(p),
         _ => p,
@@ -104,6 +108,7 @@ pub(crate) fn decode_engine(
     let tensorrt = decode_tensorrt(trt_t, sink);
     f.finish(sink);
     EngineConfig {
+        enabled,
         model_dir,
         onnxruntime_library,
         provider,

@@ -6,6 +6,7 @@ mod decode;
 mod engine;
 mod mqtt;
 mod source;
+mod watch;
 
 pub use decode::{ConfigError, ConfigErrors};
 pub use engine::EngineConfig;
@@ -14,6 +15,7 @@ pub use mqtt::{
     check_topic_prefix,
 };
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
+pub use watch::{MemoryConfig, NarrateConfig, NarrateTriggers, QueryConfig};
 
 use decode::{Fields, Sink};
 use std::path::{Path, PathBuf};
@@ -34,6 +36,10 @@ pub struct Config {
     pub cameras: Vec<CameraConfig>,
     /// The model and how it runs (`[engine]`).
     pub engine: EngineConfig,
+    /// Visual-token memory and live KV cache (`[memory]`).
+    pub memory: MemoryConfig,
+    /// Questions over recent footage (`[query]`).
+    pub query: QueryConfig,
 }
 
 /// How the runtime reports on itself (`[telemetry]`).
@@ -130,6 +136,8 @@ pub struct CameraConfig {
     pub credentials: Option<CredentialSource>,
     /// DiffFP parameters (reference values by default).
     pub prune: crate::prune::PruneParams,
+    /// When the camera speaks.
+    pub narrate: NarrateConfig,
 }
 
 impl CameraConfig {
@@ -152,6 +160,7 @@ impl CameraConfig {
             latency_ms: 200,
             credentials: None,
             prune: crate::prune::PruneParams::default(),
+            narrate: NarrateConfig::default(),
         }
     }
 
@@ -246,7 +255,15 @@ pub fn known_keys() -> Vec<String> {
         "cameras".into(),
         toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]),
     );
-    for section in ["runtime", "vision", "telemetry", "engine", "mqtt"] {
+    for section in [
+        "runtime",
+        "vision",
+        "telemetry",
+        "engine",
+        "mqtt",
+        "memory",
+        "query",
+    ] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
     let mut mqtt = toml::Table::new();
@@ -274,6 +291,10 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let engine = engine::decode_engine(engine_t, base_dir, sink);
     let mqtt_t = top.table("mqtt", sink).unwrap_or(&empty);
     let mqtt = mqtt::decode_mqtt(mqtt_t, base_dir, sink);
+    let memory_t = top.table("memory", sink).unwrap_or(&empty);
+    let memory = watch::decode_memory(memory_t, sink);
+    let query_t = top.table("query", sink).unwrap_or(&empty);
+    let query = watch::decode_query(query_t, sink);
 
     let mut cameras = Vec::new();
     match top.raw("cameras", sink) {
@@ -323,6 +344,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         mqtt,
         cameras,
         engine,
+        memory,
+        query,
     }
 }
 
@@ -578,6 +601,7 @@ fn decode_camera(
         );
     }
     let prune = decode_prune(&mut f, size, sink);
+    let narrate = watch::decode_narrate(&mut f, sink);
     f.finish(sink);
 
     let uri = uri?;
@@ -609,6 +633,7 @@ fn decode_camera(
         latency_ms,
         credentials,
         prune,
+        narrate,
     })
 }
 

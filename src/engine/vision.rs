@@ -140,6 +140,11 @@ impl VisionEncoder {
         self.token_px
     }
 
+    /// Width of one visual token's features (the LLM's hidden size).
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
     /// Frames per encoder run; longer inputs are encoded in several runs.
     pub fn max_batch(&self) -> usize {
         self.max_batch

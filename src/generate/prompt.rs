@@ -53,6 +53,18 @@ impl<'a> Prompt<'a> {
         self
     }
 
+    /// Appends a piece.
+    pub fn push(&mut self, piece: Piece<'a>) -> &mut Prompt<'a> {
+        self.pieces.push(piece);
+        self
+    }
+
+    /// Appends every piece of `other`.
+    pub fn extend(&mut self, other: Prompt<'a>) -> &mut Prompt<'a> {
+        self.pieces.extend(other.pieces);
+        self
+    }
+
     /// The pieces in order.
     pub fn pieces(&self) -> &[Piece<'a>] {
         &self.pieces

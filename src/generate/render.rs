@@ -419,6 +419,62 @@ pub fn videollama3_stream(
     Ok(r)
 }
 
+/// The system turn that opens a streaming conversation (`None`: no system turn; the render then
+/// has no segment and prefills nothing).
+pub fn videollama3_stream_prefix(system: Option<&str>) -> Rendered {
+    let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+    if let Some(system) = system {
+        r.template("<|im_start|>system\n");
+        r.template(system);
+        r.template("<|im_end|>\n");
+    }
+    r
+}
+
+/// One frame as a streaming item, exactly as [`videollama3_stream`] renders each frame: appended
+/// to a cache of earlier items it gives the same tokens as a full render (segments split only at
+/// special tokens and visual spans).
+pub fn videollama3_stream_frame(kept: usize) -> Result<Rendered, RenderError> {
+    if kept == 0 {
+        return Err(RenderError::NothingKept { index: 0 });
+    }
+    let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+    r.template("<|stream_start|>stream\n");
+    r.visual(kept);
+    r.template("\n<|stream_end|>\n");
+    Ok(r)
+}
+
+/// A message on the stream's time line followed by the assistant's turn opening: what is
+/// appended after the frames to ask a question (`Role::User`) or to prompt a narration.
+pub fn videollama3_stream_ask(role: Role, text: &str) -> Rendered {
+    let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+    message(
+        &mut r,
+        &Message {
+            role,
+            text: text.to_owned(),
+            time_secs: 0.0,
+        },
+    );
+    r.template("<|im_start|>assistant\n");
+    r
+}
+
+/// Template text alone (special tokens parsed), e.g. what closes a turn.
+pub fn template_text(text: &str) -> Rendered {
+    let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+    r.template(text);
+    r
+}
+
+/// The assistant's turn opening alone: what follows a frame when the model chose to speak.
+pub fn videollama3_stream_speak() -> Rendered {
+    let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+    r.template("<|im_start|>assistant\n");
+    r
+}
+
 fn message(r: &mut Rendered, m: &Message) {
     let role = match m.role {
         Role::User => "user",

@@ -140,6 +140,8 @@ pub enum ErrorCode {
     NoModel,
     /// The camera has no frames in the requested window (stopped or just started).
     NoFrames,
+    /// The conversation fills the model's context; start a new one.
+    ContextFull,
     /// The runtime failed while answering (see its log).
     Internal,
     /// A code this version does not know (sent by a newer runtime).
@@ -163,6 +165,7 @@ impl ErrorCode {
             ErrorCode::Busy => "busy",
             ErrorCode::NoModel => "no_model",
             ErrorCode::NoFrames => "no_frames",
+            ErrorCode::ContextFull => "context_full",
             ErrorCode::Internal => "internal",
             ErrorCode::Other => "other",
         }

@@ -213,6 +213,14 @@ impl Publisher {
         self.set_retained(self.shared.topics.status(camera), None);
     }
 
+    /// Counts a valid question refused as `busy` by the question stage.
+    pub fn count_busy(&self) {
+        self.shared
+            .counters
+            .queries_busy
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Replaces the cameras questions may name (after a reload).
     pub fn set_cameras(&self, cameras: CameraDirectory) {
         *lock(&self.shared.cameras) = cameras;

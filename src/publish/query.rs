@@ -18,6 +18,8 @@ pub struct Query {
     pub window: Duration,
     /// Most tokens to generate; `None`: the engine's default.
     pub max_tokens: Option<u32>,
+    /// Conversation id: a follow-up with the same id continues from the previous answer.
+    pub conversation: Option<String>,
 }
 
 /// A refused query.
@@ -49,7 +51,13 @@ pub const MAX_TOKENS_LIMIT: u32 = 4096;
 const PARSE_FOR_ID_LIMIT: usize = 1 << 20;
 
 /// Fields a query may carry.
-const FIELDS: [&str; 4] = ["id", "question", "window_secs", "max_tokens"];
+const FIELDS: [&str; 5] = [
+    "id",
+    "question",
+    "window_secs",
+    "max_tokens",
+    "conversation",
+];
 
 /// The cameras questions may name, each with how much footage it keeps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -236,6 +244,19 @@ pub fn validate(
             }
         },
     };
+    let conversation = match obj.get("conversation") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(c)) if valid_id(c) => Some(c.clone()),
+        Some(other) => {
+            return Err(fail(QueryError::new(
+                ErrorCode::InvalidField,
+                format!(
+                    "`conversation` must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`, got {}",
+                    truncate(&other.to_string(), 70)
+                ),
+            )));
+        }
+    };
 
     let Some(kept) = cameras.window(camera) else {
         let known: Vec<&str> = cameras.ids().collect();
@@ -289,6 +310,7 @@ pub fn validate(
         question: question.to_string(),
         window,
         max_tokens,
+        conversation,
     })
 }
 

@@ -5,7 +5,7 @@
 
 use super::Frame;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The last `span` of sampled frames of one camera.
@@ -14,6 +14,8 @@ pub struct Window {
     span: Duration,
     capacity: usize,
     inner: Mutex<VecDeque<Arc<Frame>>>,
+    /// Signalled on every push, for readers that follow the window (the memory worker).
+    pushed: Condvar,
 }
 
 /// What the window holds right now.
@@ -37,6 +39,7 @@ impl Window {
             span,
             capacity,
             inner: Mutex::new(VecDeque::with_capacity(capacity)),
+            pushed: Condvar::new(),
         }
     }
 
@@ -61,7 +64,42 @@ impl Window {
                 break;
             }
         }
+        drop(q);
+        self.pushed.notify_all();
         evicted
+    }
+
+    /// Frames with a sequence number above `seq` (all when `None`), oldest first.
+    pub fn newer_than(&self, seq: Option<u64>) -> Vec<Arc<Frame>> {
+        let q = self.lock();
+        let start = match seq {
+            Some(s) => q.partition_point(|f| f.seq <= s),
+            None => 0,
+        };
+        q.range(start..).cloned().collect()
+    }
+
+    /// Like [`Window::newer_than`], waiting up to `timeout` for such a frame to arrive.
+    pub fn wait_newer_than(&self, seq: Option<u64>, timeout: Duration) -> Vec<Arc<Frame>> {
+        let newer = |q: &VecDeque<Arc<Frame>>| match (seq, q.back()) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(s), Some(b)) => b.seq > s,
+        };
+        let q = self.lock();
+        let q = if newer(&q) {
+            q
+        } else {
+            self.pushed
+                .wait_timeout_while(q, timeout, |q| !newer(q))
+                .map(|(q, _)| q)
+                .unwrap_or_else(|p| p.into_inner().0)
+        };
+        let start = match seq {
+            Some(s) => q.partition_point(|f| f.seq <= s),
+            None => 0,
+        };
+        q.range(start..).cloned().collect()
     }
 
     /// Frames with `t0 <= pts <= t1`, oldest first.
@@ -176,5 +214,33 @@ mod tests {
         }
         assert_eq!(held[0].seq, 0);
         assert_eq!(w.info().oldest, Some(Duration::from_secs(8)));
+    }
+
+    #[test]
+    fn followers_get_only_frames_they_have_not_seen_and_wake_on_push() {
+        let w = Arc::new(Window::new(Duration::from_secs(60), 61));
+        for i in 0..3 {
+            w.push(frame(i, i * 1000));
+        }
+        let seqs = |v: Vec<Arc<Frame>>| v.iter().map(|f| f.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(w.newer_than(None)), [0, 1, 2]);
+        assert_eq!(seqs(w.newer_than(Some(0))), [1, 2]);
+        assert!(w.newer_than(Some(2)).is_empty());
+        let t0 = std::time::Instant::now();
+        assert!(
+            w.wait_newer_than(Some(2), Duration::from_millis(50))
+                .is_empty()
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        let w2 = w.clone();
+        let pusher = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            w2.push(frame(3, 3000));
+        });
+        assert_eq!(
+            seqs(w.wait_newer_than(Some(2), Duration::from_secs(10))),
+            [3]
+        );
+        pusher.join().unwrap();
     }
 }

@@ -1,0 +1,233 @@
+//! `run`'s watching stage: loads the model, keeps one memory worker per running camera in step with
+//! the supervisor (reloads included), and answers questions.
+
+use edgevlm::config::Config;
+use edgevlm::engine::{EngineOptions, Engines, Family};
+use edgevlm::generate::Generator;
+use edgevlm::memory::{CameraMemory, MemoryWorker, Outputs, WorkerOptions};
+use edgevlm::query::{AskLimits, QueryService};
+use edgevlm::supervisor::Supervisor;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Memory workers and the question service.
+pub(crate) struct Watching {
+    generator: Option<Generator>,
+    service: QueryService,
+    workers: HashMap<String, MemoryWorker>,
+    memories: HashMap<String, Arc<CameraMemory>>,
+    outputs: Outputs,
+    system: Option<String>,
+    budget: usize,
+    slack: f64,
+}
+
+/// Loads the engines `[engine]` names; `Err` says why no model serves (the rest keeps running).
+pub(crate) async fn load_model(config: &Config) -> Result<(Arc<Engines>, usize), String> {
+    if !config.engine.enabled {
+        return Err("the engine stage is off (engine.enabled = false)".into());
+    }
+    let opts = EngineOptions::from_config(config);
+    let reserve = config.memory.reserve_tokens as usize;
+    let loaded = tokio::task::spawn_blocking(move || Engines::load(&opts))
+        .await
+        .map_err(|e| format!("loading the model crashed: {e}"))?
+        .map_err(|e| e.to_string())?;
+    let m = loaded.manifest();
+    if m.family == Family::Apollo {
+        return Err(
+            "family `apollo` cannot watch live cameras yet: its encoders are not implemented \
+             (videollama3 and tiny use the streaming format)"
+                .into(),
+        );
+    }
+    let max_context = loaded.decoder().max_context();
+    if reserve + 64 > max_context {
+        return Err(format!(
+            "memory.reserve_tokens = {reserve} leaves no room for footage in the model's context \
+             of {max_context} positions"
+        ));
+    }
+    Ok((Arc::new(loaded), max_context - reserve))
+}
+
+impl Watching {
+    /// The stage on a loaded model, or without one (`Err(reason)`: questions get `no_model`).
+    pub(crate) fn new(
+        config: &Config,
+        model: Result<(Arc<Engines>, usize), String>,
+        outputs: Outputs,
+    ) -> Watching {
+        let (generator, budget) = match model {
+            Ok((engines, budget)) => (Generator::new(engines), budget),
+            Err(reason) => {
+                tracing::error!(reason = %reason, "No model: cameras are ingested and pruned, but nothing narrates or answers");
+                let service = QueryService::new(
+                    Err(reason),
+                    config.query.clone(),
+                    limits(config),
+                    None,
+                    0,
+                    0.0,
+                );
+                return Watching {
+                    generator: None,
+                    service,
+                    workers: HashMap::new(),
+                    memories: HashMap::new(),
+                    outputs,
+                    system: None,
+                    budget: 0,
+                    slack: 0.0,
+                };
+            }
+        };
+        let system = config.memory.system_prompt.clone().or_else(|| {
+            let default = &generator.engines().manifest().chat_template.default_system;
+            Some(default.clone())
+        });
+        let slack = config.memory.rebuild_slack;
+        let service = QueryService::new(
+            Ok(generator.clone()),
+            config.query.clone(),
+            limits(config),
+            system.clone(),
+            budget,
+            slack,
+        );
+        Watching {
+            generator: Some(generator),
+            service,
+            workers: HashMap::new(),
+            memories: HashMap::new(),
+            outputs,
+            system,
+            budget,
+            slack,
+        }
+    }
+
+    /// The question service.
+    pub(crate) fn service(&self) -> &QueryService {
+        &self.service
+    }
+
+    /// Memories of every camera, for reports.
+    pub(crate) fn memory(&self, camera: &str) -> Option<&Arc<CameraMemory>> {
+        self.memories.get(camera)
+    }
+
+    /// Starts, restarts or stops memory workers so that each running camera has one on its
+    /// current window.
+    pub(crate) async fn sync(&mut self, supervisor: &Supervisor) {
+        let mut stale: Vec<MemoryWorker> = Vec::new();
+        let ids: Vec<String> = supervisor
+            .cameras()
+            .iter()
+            .map(|c| c.id().to_string())
+            .collect();
+        for gone in self
+            .memories
+            .keys()
+            .filter(|k| !ids.contains(k))
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            self.memories.remove(&gone);
+            self.service.remove_camera(&gone);
+            if let Some(w) = self.workers.remove(&gone) {
+                stale.push(w);
+            }
+        }
+        for cam in supervisor.cameras() {
+            let id = cam.id().to_string();
+            let current = self
+                .workers
+                .get(&id)
+                .is_some_and(|w| Arc::ptr_eq(w.window(), &cam.window));
+            if current {
+                continue;
+            }
+            if let Some(w) = self.workers.remove(&id) {
+                stale.push(w);
+            }
+            let memory = Arc::new(CameraMemory::new(
+                id.clone(),
+                cam.config.window,
+                cam.config.window_frames() + 1,
+            ));
+            self.service.set_camera(memory.clone());
+            self.memories.insert(id.clone(), memory.clone());
+            let Some(generator) = &self.generator else {
+                continue;
+            };
+            if !cam.config.enabled {
+                continue;
+            }
+            let opts = WorkerOptions {
+                camera: cam.config.clone(),
+                system: self.system.clone(),
+                budget: self.budget,
+                slack: self.slack,
+                poll: Duration::from_millis(250),
+            };
+            match MemoryWorker::start(
+                generator.clone(),
+                cam.window.clone(),
+                memory,
+                opts,
+                self.outputs.clone(),
+            ) {
+                Ok(w) => {
+                    self.workers.insert(id, w);
+                }
+                Err(e) => {
+                    tracing::error!(camera = %id, error = %e, "Cannot start the memory worker");
+                }
+            }
+        }
+        stop_all(stale, STOP_BOUND).await;
+    }
+
+    /// Ends generation in progress and stops every worker.
+    pub(crate) async fn shutdown(mut self) {
+        self.service.cancel_all();
+        let workers: Vec<MemoryWorker> = self.workers.drain().map(|(_, w)| w).collect();
+        stop_all(workers, STOP_BOUND).await;
+    }
+
+    /// Whether every worker thread is alive.
+    pub(crate) fn healthy(&self) -> Result<(), String> {
+        match self.workers.iter().find(|(_, w)| w.is_finished()) {
+            Some((id, _)) => Err(format!("camera {id}: memory worker ended")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A narration or a question in progress ends at its next token; this bounds the wait for it.
+const STOP_BOUND: Duration = Duration::from_secs(5);
+
+async fn stop_all(workers: Vec<MemoryWorker>, bound: Duration) {
+    if workers.is_empty() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for w in workers {
+            let id = w.memory().camera.clone();
+            if !w.stop(bound) {
+                tracing::warn!(camera = %id, bound_secs = bound.as_secs_f64(), "Memory worker did not stop in time");
+            }
+        }
+    })
+    .await;
+}
+
+fn limits(config: &Config) -> AskLimits {
+    AskLimits {
+        question_max_chars: config.mqtt.question_max_chars,
+        max_tokens: edgevlm::publish::MAX_TOKENS_LIMIT,
+        queue: config.mqtt.query_queue,
+    }
+}

@@ -1,0 +1,252 @@
+//! Watching: each camera's narration keys, `[memory]` (the visual-token memory and live KV cache)
+//! and `[query]` (questions over recent footage).
+
+use super::check_range;
+use super::decode::{Fields, Sink};
+use std::time::Duration;
+
+/// Which triggers make a camera speak (any combination; none: the camera never narrates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NarrateTriggers {
+    /// The model's own choice between speaking and watching (streaming format).
+    pub model: bool,
+    /// A change event from DiffFP activity, one narration per event.
+    pub change: bool,
+    /// Every `narrate_interval_secs`, if DiffFP saw motion since the last narration.
+    pub interval: bool,
+}
+
+impl NarrateTriggers {
+    /// Whether any trigger is on.
+    pub fn any(&self) -> bool {
+        self.model || self.change || self.interval
+    }
+}
+
+/// A camera's narration settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NarrateConfig {
+    /// The triggers (`narrate = ["change", "interval", "model"]`).
+    pub triggers: NarrateTriggers,
+    /// Period of the interval trigger, in stream time.
+    pub interval: Duration,
+    /// The model speaks when P(`<|im_start|>`) / (P(`<|im_start|>`) + P(`<|stream_start|>`))
+    /// exceeds this.
+    pub speak_threshold: f64,
+    /// Least stream time between two narrations of the model trigger.
+    pub cooldown: Duration,
+    /// Kept-token ratio above which frames count as activity (change starts).
+    pub change_start_ratio: f64,
+    /// Kept-token ratio below which frames count as quiet (change ends); below the start ratio.
+    pub change_end_ratio: f64,
+    /// Consecutive frames needed to start or end a change.
+    pub change_frames: u32,
+    /// Most tokens a narration may have.
+    pub max_tokens: u32,
+    /// The instruction for change and interval narrations (the model trigger needs none).
+    pub prompt: String,
+}
+
+impl Default for NarrateConfig {
+    fn default() -> Self {
+        NarrateConfig {
+            triggers: NarrateTriggers {
+                change: true,
+                ..NarrateTriggers::default()
+            },
+            interval: Duration::from_secs(30),
+            speak_threshold: 0.5,
+            cooldown: Duration::from_secs(5),
+            change_start_ratio: 0.25,
+            change_end_ratio: 0.1,
+            change_frames: 2,
+            max_tokens: 64,
+            prompt: "Describe what just happened in the video.".into(),
+        }
+    }
+}
+
+/// `[memory]`: how each camera keeps its encoded footage and its live KV cache.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryConfig {
+    /// Context positions kept free after the live cache for a question and its answer.
+    pub reserve_tokens: u32,
+    /// Share of the window that may be evicted (or of the budget exceeded) before the live cache
+    /// is rebuilt from memory.
+    pub rebuild_slack: f64,
+    /// System message of every camera's stream; `None`: the model's default.
+    pub system_prompt: Option<String>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            reserve_tokens: 1024,
+            rebuild_slack: 0.25,
+            system_prompt: None,
+        }
+    }
+}
+
+/// `[query]`: questions over recent footage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryConfig {
+    /// Questions generated at the same time; more wait (up to `mqtt.query_queue`) or get `busy`.
+    pub concurrency: u32,
+    /// Tokens of an answer when the question does not say.
+    pub max_tokens: u32,
+    /// Conversations remembered for follow-ups (least recently used forgotten first).
+    pub conversations: u32,
+    /// A conversation unused this long is forgotten.
+    pub conversation_ttl: Duration,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        QueryConfig {
+            concurrency: 1,
+            max_tokens: 256,
+            conversations: 16,
+            conversation_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Decodes a camera's narration keys.
+pub(super) fn decode_narrate(f: &mut Fields<'_>, sink: &mut Sink) -> NarrateConfig {
+    let d = NarrateConfig::default();
+    let triggers = match f.opt::<Vec<String>>("narrate", sink) {
+        None => d.triggers,
+        Some(list) => {
+            let mut t = NarrateTriggers::default();
+            for name in &list {
+                match name.as_str() {
+                    "model" => t.model = true,
+                    "change" => t.change = true,
+                    "interval" => t.interval = true,
+                    other => sink.error(
+                        f.path_of("narrate"),
+                        format!(
+                            "unknown trigger `{other}`; expected any of \"model\", \"change\", \"interval\" (or [] for none)"
+                        ),
+                    ),
+                }
+            }
+            t
+        }
+    };
+    let interval: f64 = f.get("narrate_interval_secs", d.interval.as_secs_f64(), sink);
+    check_range(f, "narrate_interval_secs", interval, 1.0, 86_400.0, sink);
+    let speak_threshold: f64 = f.get("narrate_speak_threshold", d.speak_threshold, sink);
+    check_range(
+        f,
+        "narrate_speak_threshold",
+        speak_threshold,
+        0.0,
+        1.0,
+        sink,
+    );
+    let cooldown: f64 = f.get("narrate_cooldown_secs", d.cooldown.as_secs_f64(), sink);
+    check_range(f, "narrate_cooldown_secs", cooldown, 0.0, 86_400.0, sink);
+    let start: f64 = f.get("change_start_ratio", d.change_start_ratio, sink);
+    check_range(f, "change_start_ratio", start, 0.0, 1.0, sink);
+    let end: f64 = f.get("change_end_ratio", d.change_end_ratio, sink);
+    check_range(f, "change_end_ratio", end, 0.0, 1.0, sink);
+    if end.is_finite() && start.is_finite() && end >= start {
+        sink.error(
+            f.path_of("change_end_ratio"),
+            format!(
+                "must be below change_start_ratio ({start}) so one change gives one narration, got {end}"
+            ),
+        );
+    }
+    let change_frames: u32 = f.get("change_frames", d.change_frames, sink);
+    check_range(
+        f,
+        "change_frames",
+        f64::from(change_frames),
+        1.0,
+        100.0,
+        sink,
+    );
+    let max_tokens: u32 = f.get("narrate_max_tokens", d.max_tokens, sink);
+    check_range(
+        f,
+        "narrate_max_tokens",
+        f64::from(max_tokens),
+        1.0,
+        4096.0,
+        sink,
+    );
+    let prompt: String = f.get("narrate_prompt", d.prompt.clone(), sink);
+    if prompt.trim().is_empty() {
+        sink.error(f.path_of("narrate_prompt"), "must not be empty");
+    }
+    NarrateConfig {
+        triggers,
+        interval: Duration::try_from_secs_f64(interval).unwrap_or(d.interval),
+        speak_threshold,
+        cooldown: Duration::try_from_secs_f64(cooldown).unwrap_or(d.cooldown),
+        change_start_ratio: start,
+        change_end_ratio: end,
+        change_frames: change_frames.max(1),
+        max_tokens: max_tokens.max(1),
+        prompt,
+    }
+}
+
+/// Decodes `[memory]`.
+pub(super) fn decode_memory(t: &toml::Table, sink: &mut Sink) -> MemoryConfig {
+    let d = MemoryConfig::default();
+    let mut f = Fields::new("memory", "memory", t);
+    let reserve_tokens: u32 = f.get("reserve_tokens", d.reserve_tokens, sink);
+    check_range(
+        &f,
+        "reserve_tokens",
+        f64::from(reserve_tokens),
+        16.0,
+        1e6,
+        sink,
+    );
+    let rebuild_slack: f64 = f.get("rebuild_slack", d.rebuild_slack, sink);
+    check_range(&f, "rebuild_slack", rebuild_slack, 0.0, 1.0, sink);
+    let system_prompt: Option<String> = f.opt("system_prompt", sink);
+    f.finish(sink);
+    MemoryConfig {
+        reserve_tokens,
+        rebuild_slack,
+        system_prompt,
+    }
+}
+
+/// Decodes `[query]`.
+pub(super) fn decode_query(t: &toml::Table, sink: &mut Sink) -> QueryConfig {
+    let d = QueryConfig::default();
+    let mut f = Fields::new("query", "query", t);
+    let concurrency: u32 = f.get("concurrency", d.concurrency, sink);
+    check_range(&f, "concurrency", f64::from(concurrency), 1.0, 64.0, sink);
+    let max_tokens: u32 = f.get("max_tokens", d.max_tokens, sink);
+    check_range(&f, "max_tokens", f64::from(max_tokens), 1.0, 4096.0, sink);
+    let conversations: u32 = f.get("conversations", d.conversations, sink);
+    check_range(
+        &f,
+        "conversations",
+        f64::from(conversations),
+        0.0,
+        4096.0,
+        sink,
+    );
+    let ttl: f64 = f.get(
+        "conversation_ttl_secs",
+        d.conversation_ttl.as_secs_f64(),
+        sink,
+    );
+    check_range(&f, "conversation_ttl_secs", ttl, 1.0, 86_400.0, sink);
+    f.finish(sink);
+    QueryConfig {
+        concurrency: concurrency.max(1),
+        max_tokens: max_tokens.max(1),
+        conversations,
+        conversation_ttl: Duration::try_from_secs_f64(ttl).unwrap_or(d.conversation_ttl),
+    }
+}

@@ -1,0 +1,354 @@
+//! The live KV cache of a camera: the system turn, then one streaming item per frame
+//! (`<|stream_start|>stream\n` + kept tokens + `\n<|stream_end|>\n`), extended by incremental
+//! prefill as frames arrive and rebuilt from memory with slack.
+//!
+//! Policy (docs/ARCHITECTURE.md, "Live KV cache"): appending a frame costs one prefill of that
+//! frame's item only. Frames evicted from memory stay in the cache until they amount to
+//! `rebuild_slack` of the window; the cache must also leave `reserve_tokens` of the context free.
+//! When either limit is crossed, the cache is rebuilt from memory in one prefill, keeping only as
+//! many of the newest frames as fit in `(1 - rebuild_slack)` of the budget, so the next rebuild is
+//! at least a slack's worth of frames away.
+
+use super::{Memory, MemoryFrame};
+use crate::generate::render::{self, Rendered};
+use crate::generate::{GenerateError, Generator, KvCache};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Why the live cache was rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebuildReason {
+    /// The first build, or after an error.
+    Initial,
+    /// Frames evicted from memory exceeded the slack.
+    Slid,
+    /// The next frame would not fit in the context budget.
+    Budget,
+}
+
+/// One frame the cache holds.
+#[derive(Debug, Clone, Copy)]
+struct Covered {
+    seq: u64,
+    pts: Duration,
+    wall: SystemTime,
+    visual: usize,
+}
+
+/// A read-only view of the live cache, as published after each update (cheap to clone: the
+/// tensors are shared).
+#[derive(Debug, Clone)]
+pub struct LiveView {
+    /// The cache (system turn and frame items).
+    pub cache: KvCache,
+    /// Sequence number of the last frame in it, if any.
+    pub last_seq: Option<u64>,
+    /// Stream time of the first and last frame in it.
+    pub span: Option<(Duration, Duration)>,
+    /// Wall-clock times of the first and last frame in it.
+    pub wall_span: Option<(SystemTime, SystemTime)>,
+    /// Frames in it.
+    pub frames: usize,
+    /// Visual tokens in it.
+    pub visual_tokens: usize,
+    /// Logits after its last position (the model's next-token choice after the last frame).
+    pub logits: Arc<[f32]>,
+}
+
+/// Settings of a live cache.
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    /// System message (`None`: none).
+    pub system: Option<String>,
+    /// Most positions the cache may hold (the model's context minus the reserve).
+    pub budget: usize,
+    /// Share of the window (frames) or budget allowed to go stale before a rebuild.
+    pub slack: f64,
+    /// Frames the camera's window holds.
+    pub window_frames: usize,
+}
+
+/// A camera's live cache and its bookkeeping.
+#[derive(Debug)]
+pub struct LiveCache {
+    opts: LiveOptions,
+    cache: KvCache,
+    logits: Arc<[f32]>,
+    covered: VecDeque<Covered>,
+    /// Positions of the system turn.
+    prefix: usize,
+    /// Positions of one frame item's template text.
+    template: usize,
+    rebuilds: u64,
+    last_rebuild: Option<(RebuildReason, Duration)>,
+}
+
+/// The system turn of a stream, as a cache (and the logits after it, if it has positions).
+fn prefix_cache(
+    generator: &Generator,
+    system: Option<&str>,
+) -> Result<(KvCache, Arc<[f32]>), GenerateError> {
+    let empty = generator.empty_cache()?;
+    let prefix = render::videollama3_stream_prefix(system);
+    if prefix.segments().is_empty() {
+        return Ok((empty, Arc::from(Vec::new())));
+    }
+    let hidden = generator.engines().decoder().hidden();
+    let prompt = prefix.prompt(&[], hidden).map_err(render_bug)?;
+    let p = generator.prefill(&empty, &prompt)?;
+    Ok((p.cache, p.logits.into()))
+}
+
+fn render_bug(e: render::RenderError) -> GenerateError {
+    // Memory frames always keep >= 1 token and are in time order, so a render cannot fail; if it
+    // does, say so as an engine input error rather than panic.
+    GenerateError::Engine(crate::engine::EngineError::input(
+        "prompt",
+        format!("cannot render the stream: {e}"),
+    ))
+}
+
+/// Token ids, template text, frames as streaming items and more text, in that order: a prompt to
+/// prefill after a cache (a question, a follow-up, a rebuild).
+#[derive(Debug, Default)]
+pub(crate) struct StreamPrompt {
+    /// Token ids first (a conversation's unfed tokens).
+    pub tokens: Vec<u32>,
+    /// Renders before the frames (system turn, the end of the previous turn).
+    pub head: Vec<Rendered>,
+    /// The frames.
+    pub frames: Vec<Arc<MemoryFrame>>,
+    /// Renders after the frames (the question and the assistant's turn opening).
+    pub tail: Vec<Rendered>,
+}
+
+impl StreamPrompt {
+    /// The prompt, borrowing the frames' features.
+    pub fn prompt(&self, hidden: usize) -> Result<crate::generate::Prompt<'_>, GenerateError> {
+        let mut prompt = crate::generate::Prompt::new();
+        if !self.tokens.is_empty() {
+            prompt.tokens(&self.tokens[..]);
+        }
+        for r in &self.head {
+            prompt.extend(r.prompt(&[], hidden).map_err(render_bug)?);
+        }
+        for f in &self.frames {
+            // The item renders borrow nothing from the frame but its features.
+            let item = render::videollama3_stream_frame(f.kept()).map_err(render_bug)?;
+            let p = item.prompt(&[&f.tokens[..]], hidden).map_err(render_bug)?;
+            for piece in p.pieces() {
+                prompt.push(match piece {
+                    crate::generate::Piece::Text(t, m) => {
+                        crate::generate::Piece::Text(std::borrow::Cow::Owned(t.to_string()), *m)
+                    }
+                    crate::generate::Piece::Tokens(t) => {
+                        crate::generate::Piece::Tokens(std::borrow::Cow::Owned(t.to_vec()))
+                    }
+                    crate::generate::Piece::Visual(_) => crate::generate::Piece::Visual(&f.tokens),
+                });
+            }
+        }
+        for r in &self.tail {
+            prompt.extend(r.prompt(&[], hidden).map_err(render_bug)?);
+        }
+        Ok(prompt)
+    }
+}
+
+/// Appends `frames` as streaming items to `cache` in one prefill; returns the longer cache and
+/// the logits after it.
+pub(crate) fn append_frames(
+    generator: &Generator,
+    cache: &KvCache,
+    frames: &[Arc<MemoryFrame>],
+) -> Result<(KvCache, Vec<f32>), GenerateError> {
+    let hidden = generator.engines().decoder().hidden();
+    let sp = StreamPrompt {
+        frames: frames.to_vec(),
+        ..StreamPrompt::default()
+    };
+    let p = generator.prefill(cache, &sp.prompt(hidden)?)?;
+    Ok((p.cache, p.logits))
+}
+
+impl LiveCache {
+    /// A cache holding only the system turn.
+    pub fn new(generator: &Generator, opts: LiveOptions) -> Result<LiveCache, GenerateError> {
+        let (cache, logits) = prefix_cache(generator, opts.system.as_deref())?;
+        Ok(LiveCache {
+            prefix: cache.len(),
+            template: template_positions(generator),
+            opts,
+            cache,
+            logits,
+            covered: VecDeque::new(),
+            rebuilds: 0,
+            last_rebuild: None,
+        })
+    }
+
+    /// Appends new frames (oldest first, all newer than what the cache holds) by incremental
+    /// prefill, rebuilding from `memory` first when the policy says so. Returns the rebuild done,
+    /// if any.
+    pub fn append(
+        &mut self,
+        generator: &Generator,
+        memory: &Memory,
+        frames: &[Arc<MemoryFrame>],
+    ) -> Result<Option<RebuildReason>, GenerateError> {
+        let frames: Vec<Arc<MemoryFrame>> = frames
+            .iter()
+            .filter(|f| self.last_seq().is_none_or(|s| f.seq > s))
+            .cloned()
+            .collect();
+        if frames.is_empty() {
+            return Ok(None);
+        }
+        let template = self.template;
+        let new: usize = frames.iter().map(|f| f.kept() + template).sum();
+        let oldest_kept = memory.oldest().map(|f| f.seq);
+        let stale = self
+            .covered
+            .iter()
+            .take_while(|c| oldest_kept.is_some_and(|o| c.seq < o))
+            .count();
+        let slack_frames = (self.opts.slack * self.opts.window_frames as f64).floor() as usize;
+        let reason = if self.cache.len() + new > self.opts.budget {
+            Some(RebuildReason::Budget)
+        } else if stale > slack_frames {
+            Some(RebuildReason::Slid)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            // The memory already holds the new frames: the rebuild covers them.
+            self.rebuild(generator, memory, reason)?;
+            return Ok(Some(reason));
+        }
+        let (cache, logits) = append_frames(generator, &self.cache, &frames)?;
+        self.cache = cache;
+        self.logits = logits.into();
+        for f in &frames {
+            self.covered.push_back(Covered {
+                seq: f.seq,
+                pts: f.pts,
+                wall: f.wall,
+                visual: f.kept(),
+            });
+        }
+        Ok(None)
+    }
+
+    /// Rebuilds the cache from memory: the system turn and the newest frames that fit in
+    /// `(1 - slack)` of the budget, in one prefill.
+    pub fn rebuild(
+        &mut self,
+        generator: &Generator,
+        memory: &Memory,
+        reason: RebuildReason,
+    ) -> Result<(), GenerateError> {
+        let t0 = Instant::now();
+        let template = self.template;
+        let target = ((1.0 - self.opts.slack) * self.opts.budget as f64) as usize;
+        let mut room = target.saturating_sub(self.prefix);
+        let mut start = memory.len();
+        for f in memory.frames().iter().rev() {
+            let need = f.kept() + template;
+            if need > room {
+                break;
+            }
+            room -= need;
+            start -= 1;
+        }
+        let frames: Vec<Arc<MemoryFrame>> = memory.frames().range(start..).cloned().collect();
+        let (prefix, prefix_logits) = prefix_cache(generator, self.opts.system.as_deref())?;
+        let (cache, logits) = if frames.is_empty() {
+            (prefix, prefix_logits)
+        } else {
+            let (c, l) = append_frames(generator, &prefix, &frames)?;
+            (c, l.into())
+        };
+        self.prefix = prefix_len(&cache, &frames, template);
+        self.cache = cache;
+        self.logits = logits;
+        self.covered = frames
+            .iter()
+            .map(|f| Covered {
+                seq: f.seq,
+                pts: f.pts,
+                wall: f.wall,
+                visual: f.kept(),
+            })
+            .collect();
+        self.rebuilds += 1;
+        self.last_rebuild = Some((reason, t0.elapsed()));
+        Ok(())
+    }
+
+    /// The sequence number of the newest frame held.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.covered.back().map(|c| c.seq)
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    /// Logits after the last position.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Frames held.
+    pub fn frames(&self) -> usize {
+        self.covered.len()
+    }
+
+    /// Rebuilds so far and the last one's reason and duration.
+    pub fn rebuilds(&self) -> (u64, Option<(RebuildReason, Duration)>) {
+        (self.rebuilds, self.last_rebuild)
+    }
+
+    /// A shareable view of the current state.
+    pub fn view(&self) -> LiveView {
+        LiveView {
+            cache: self.cache.fork(),
+            last_seq: self.last_seq(),
+            span: self
+                .covered
+                .front()
+                .zip(self.covered.back())
+                .map(|(a, b)| (a.pts, b.pts)),
+            wall_span: self
+                .covered
+                .front()
+                .zip(self.covered.back())
+                .map(|(a, b)| (a.wall, b.wall)),
+            frames: self.covered.len(),
+            visual_tokens: self.covered.iter().map(|c| c.visual).sum(),
+            logits: self.logits.clone(),
+        }
+    }
+}
+
+/// Positions of one frame item's template text (measured on the tokenizer once: the same for
+/// every item).
+fn template_positions(generator: &Generator) -> usize {
+    let item = render::videollama3_stream_frame(1).map(|r| r.segments().to_vec());
+    let tok = generator.engines().tokenizer();
+    let mut ids = Vec::new();
+    for s in item.unwrap_or_default() {
+        if let render::Segment::Text(text, mode) = s {
+            tok.encode_into(&text, mode, &mut ids);
+        }
+    }
+    ids.len()
+}
+
+/// Positions of the system turn: what the cache holds beyond its frame items.
+fn prefix_len(cache: &KvCache, frames: &[Arc<MemoryFrame>], template: usize) -> usize {
+    let items: usize = frames.iter().map(|f| f.kept() + template).sum();
+    cache.len().saturating_sub(items)
+}

@@ -1,0 +1,369 @@
+//! Memory: each camera's encoded recent footage, and the live KV cache built on it (DESIGN §4.6).
+//!
+//! ```text
+//! window (RGB frames) ──encode once──► Memory (per frame: pts, keep-mask, kept visual tokens)
+//!                      identical frame: previous features reused, no encoder run
+//!                                              │ incremental prefill, one stream item per frame
+//!                                              ▼
+//!                                        LiveCache (system turn + frame items) ──fork──► narration,
+//!                                              rebuilt from Memory with slack        question
+//! ```
+//!
+//! The memory keeps the window's span of frames as visual tokens only (never the pixels a second
+//! time); questions and cache rebuilds read it and never run the vision encoder again.
+
+mod encode;
+pub(crate) mod live;
+mod worker;
+
+pub use encode::FrameEncoder;
+pub use live::{LiveCache, LiveOptions, LiveView, RebuildReason};
+pub use worker::{MemoryWorker, Outputs, Watcher, WorkerOptions};
+
+use crate::telemetry::Histogram;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+/// One sampled frame as the model sees it: its time, which tokens DiffFP kept, and their features.
+pub struct MemoryFrame {
+    /// The frame's sequence number in its camera (see [`crate::ring::Frame::seq`]).
+    pub seq: u64,
+    /// Stream time.
+    pub pts: Duration,
+    /// Wall-clock time it was sampled.
+    pub wall: SystemTime,
+    /// DiffFP's keep flags, one per token (`None`: pruning did not run, every token kept).
+    pub keep: Option<Box<[bool]>>,
+    /// Visual tokens before pruning.
+    pub total: usize,
+    /// The first frame of a stream (or after a restart): kept whole, not activity.
+    pub key_frame: bool,
+    /// The features came from the previous frame (bit-identical pixels): no encoder run.
+    pub reused: bool,
+    /// The kept tokens' features, `kept() * hidden` floats, in token order.
+    pub tokens: Arc<[f32]>,
+    hidden: usize,
+}
+
+impl std::fmt::Debug for MemoryFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryFrame")
+            .field("seq", &self.seq)
+            .field("pts", &self.pts)
+            .field("kept", &self.kept())
+            .field("total", &self.total)
+            .field("key_frame", &self.key_frame)
+            .field("reused", &self.reused)
+            .finish()
+    }
+}
+
+impl MemoryFrame {
+    /// Kept visual tokens.
+    pub fn kept(&self) -> usize {
+        self.tokens.len() / self.hidden.max(1)
+    }
+
+    /// Share of the frame's tokens kept (1.0 for a key frame or an unpruned frame).
+    pub fn kept_ratio(&self) -> f64 {
+        if self.total == 0 {
+            1.0
+        } else {
+            self.kept() as f64 / self.total as f64
+        }
+    }
+
+    /// Bytes of features held.
+    pub fn bytes(&self) -> usize {
+        self.tokens.len() * std::mem::size_of::<f32>() + self.keep.as_ref().map_or(0, |k| k.len())
+    }
+}
+
+/// The encoded frames of one camera's window, oldest first, evicted by stream time like the
+/// window itself (and by a frame-count bound whatever the timestamps).
+#[derive(Debug)]
+pub struct Memory {
+    span: Duration,
+    capacity: usize,
+    frames: VecDeque<Arc<MemoryFrame>>,
+    bytes: usize,
+}
+
+impl Memory {
+    /// A memory of `span` stream time holding at most `capacity` frames.
+    pub fn new(span: Duration, capacity: usize) -> Memory {
+        Memory {
+            span,
+            capacity: capacity.max(1),
+            frames: VecDeque::with_capacity(capacity.max(1)),
+            bytes: 0,
+        }
+    }
+
+    /// Adds the newest frame; returns how many old frames were evicted.
+    pub fn push(&mut self, frame: Arc<MemoryFrame>) -> usize {
+        let newest = frame.pts;
+        self.bytes += frame.bytes();
+        self.frames.push_back(frame);
+        let mut evicted = 0;
+        while let Some(front) = self.frames.front() {
+            let too_old = newest.saturating_sub(front.pts) >= self.span && self.frames.len() > 1;
+            if too_old || self.frames.len() > self.capacity {
+                self.bytes -= front.bytes();
+                self.frames.pop_front();
+                evicted += 1;
+            } else {
+                break;
+            }
+        }
+        evicted
+    }
+
+    /// Every frame, oldest first.
+    pub fn frames(&self) -> &VecDeque<Arc<MemoryFrame>> {
+        &self.frames
+    }
+
+    /// Frames with `pts >= t0`, oldest first.
+    pub fn since(&self, t0: Duration) -> Vec<Arc<MemoryFrame>> {
+        let start = self.frames.partition_point(|f| f.pts < t0);
+        self.frames.range(start..).cloned().collect()
+    }
+
+    /// Frames with a sequence number above `seq`, oldest first.
+    pub fn after_seq(&self, seq: u64) -> Vec<Arc<MemoryFrame>> {
+        let start = self.frames.partition_point(|f| f.seq <= seq);
+        self.frames.range(start..).cloned().collect()
+    }
+
+    /// The newest frame.
+    pub fn newest(&self) -> Option<&Arc<MemoryFrame>> {
+        self.frames.back()
+    }
+
+    /// The oldest frame.
+    pub fn oldest(&self) -> Option<&Arc<MemoryFrame>> {
+        self.frames.front()
+    }
+
+    /// Frames held.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Bytes of features and masks held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The configured span.
+    pub fn span(&self) -> Duration {
+        self.span
+    }
+
+    /// Drops every frame (the camera restarted with another geometry).
+    pub fn clear(&mut self) {
+        self.frames.clear();
+        self.bytes = 0;
+    }
+}
+
+/// Counters and latency histograms of one camera's watching (memory, live cache, narration and
+/// answers), read by status reports and `/metrics`.
+#[derive(Debug, Default)]
+pub struct WatchStats {
+    /// Frames run through the vision encoder.
+    pub frames_encoded: AtomicU64,
+    /// Frames whose features were reused from the previous (bit-identical) frame.
+    pub frames_reused: AtomicU64,
+    /// Sampled frames that left the window before the memory could encode them.
+    pub frames_missed: AtomicU64,
+    /// Encoder or prefill failures (the frame is skipped; the cache is rebuilt).
+    pub errors: AtomicU64,
+    /// Live cache rebuilds from memory.
+    pub rebuilds: AtomicU64,
+    /// Positions in the live cache.
+    pub cache_positions: AtomicU64,
+    /// Frames in the memory.
+    pub memory_frames: AtomicU64,
+    /// Bytes of features in the memory.
+    pub memory_bytes: AtomicU64,
+    /// Narrations published.
+    pub narrations: AtomicU64,
+    /// Narrations a trigger asked for but that were skipped because generation was behind.
+    pub narrations_skipped: AtomicU64,
+    /// Narrations that failed while generating.
+    pub narration_errors: AtomicU64,
+    /// Questions answered.
+    pub answers: AtomicU64,
+    /// Questions that failed while generating (not refused requests).
+    pub answer_errors: AtomicU64,
+    /// Time from the trigger to a narration's first token.
+    pub narration_first_token: Histogram,
+    /// Time from the trigger to a narration's last token.
+    pub narration_total: Histogram,
+    /// Time from receiving a question to its first token.
+    pub answer_first_token: Histogram,
+    /// Time from receiving a question to its last token.
+    pub answer_total: Histogram,
+    /// Time to append one round of new frames to the live cache (encode excluded).
+    pub append: Histogram,
+}
+
+impl WatchStats {
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// One camera's memory and live cache as shared between its worker and the question stage.
+#[derive(Debug)]
+pub struct CameraMemory {
+    /// Camera id.
+    pub camera: String,
+    /// Footage the camera keeps (`window_secs`).
+    pub window: Duration,
+    /// Counters and histograms.
+    pub stats: WatchStats,
+    state: Mutex<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    memory: Memory,
+    live: Option<Arc<LiveView>>,
+}
+
+/// What a question takes from a camera: the live cache (if one is built) and the memory's frames.
+#[derive(Debug, Clone)]
+pub struct MemorySnapshot {
+    /// The live cache as of the last frame appended to it.
+    pub live: Option<Arc<LiveView>>,
+    /// The memory's frames, oldest first.
+    pub frames: Vec<Arc<MemoryFrame>>,
+}
+
+impl CameraMemory {
+    /// An empty memory for a camera keeping `window` of footage in at most `capacity` frames.
+    pub fn new(camera: impl Into<String>, window: Duration, capacity: usize) -> CameraMemory {
+        CameraMemory {
+            camera: camera.into(),
+            window,
+            stats: WatchStats::default(),
+            state: Mutex::new(Shared {
+                memory: Memory::new(window, capacity),
+                live: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Holders only push or clone pointers; a panic cannot leave the state half-written.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds encoded frames (oldest first).
+    pub fn push(&self, frames: &[Arc<MemoryFrame>]) {
+        let mut s = self.lock();
+        for f in frames {
+            s.memory.push(f.clone());
+        }
+        self.stats
+            .memory_frames
+            .store(s.memory.len() as u64, Ordering::Relaxed);
+        self.stats
+            .memory_bytes
+            .store(s.memory.bytes() as u64, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the memory under its lock (keep it short: the question stage waits on it).
+    pub fn with_memory<R>(&self, f: impl FnOnce(&Memory) -> R) -> R {
+        f(&self.lock().memory)
+    }
+
+    /// Publishes the live cache's new state.
+    pub fn set_live(&self, view: Option<Arc<LiveView>>) {
+        let positions = view.as_ref().map_or(0, |v| v.cache.len() as u64);
+        self.lock().live = view;
+        self.stats
+            .cache_positions
+            .store(positions, Ordering::Relaxed);
+    }
+
+    /// A consistent copy of the live cache and the frames, for a question.
+    pub fn snapshot(&self) -> MemorySnapshot {
+        let s = self.lock();
+        MemorySnapshot {
+            live: s.live.clone(),
+            frames: s.memory.frames().iter().cloned().collect(),
+        }
+    }
+
+    /// Frames and bytes held.
+    pub fn size(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.memory.len(), s.memory.bytes())
+    }
+
+    /// Drops every frame and the live cache.
+    pub fn clear(&self) {
+        let mut s = self.lock();
+        s.memory.clear();
+        s.live = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(seq: u64, pts_ms: u64, kept: usize) -> Arc<MemoryFrame> {
+        Arc::new(MemoryFrame {
+            seq,
+            pts: Duration::from_millis(pts_ms),
+            wall: SystemTime::UNIX_EPOCH,
+            keep: None,
+            total: 84,
+            key_frame: false,
+            reused: false,
+            tokens: vec![0.0; kept * 8].into(),
+            hidden: 8,
+        })
+    }
+
+    #[test]
+    fn memory_keeps_the_span_and_counts_its_bytes() {
+        let mut m = Memory::new(Duration::from_secs(10), 11);
+        for i in 0..100 {
+            m.push(frame(i, i * 1000, 1 + (i as usize % 5)));
+            assert!(m.len() <= 10);
+            let bytes: usize = m.frames().iter().map(|f| f.bytes()).sum();
+            assert_eq!(m.bytes(), bytes);
+        }
+        assert_eq!(m.oldest().unwrap().seq, 90);
+        assert_eq!(m.since(Duration::from_secs(95)).len(), 5);
+        assert_eq!(m.after_seq(97).len(), 2);
+    }
+
+    #[test]
+    fn memory_is_bounded_by_frames_whatever_the_timestamps() {
+        let mut m = Memory::new(Duration::from_secs(10), 11);
+        for i in 0..100 {
+            m.push(frame(i, 0, 1));
+        }
+        assert_eq!(m.len(), 11);
+    }
+}

@@ -1,0 +1,502 @@
+//! The per-camera memory worker: follows the camera's window, encodes each new frame once into
+//! memory, extends the live cache, asks the narrator whether to speak and narrates.
+//!
+//! It runs on its own thread because every step is a blocking engine call; ingest never waits on
+//! it (the window is its only input). When it falls behind, frames wait in the window (and are
+//! counted as missed if they leave it first), and of the narrations triggered while it catches up
+//! only the newest is generated: the others are skipped and counted, never queued.
+
+use super::live::LiveOptions;
+use super::{CameraMemory, FrameEncoder, LiveCache, MemoryFrame, RebuildReason, WatchStats};
+use crate::config::CameraConfig;
+use crate::generate::Generator;
+use crate::narrate::{self, FrameSignal, Narrator};
+use crate::publish::{ChangeEvent, Narration, Publisher, Trigger};
+use crate::ring::{Frame, Window};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::broadcast;
+
+/// Where a worker's narrations and change events go.
+#[derive(Debug, Clone)]
+pub struct Outputs {
+    /// The MQTT publisher, if MQTT is on.
+    pub publisher: Option<Publisher>,
+    /// Every narration, for in-process listeners (tests, the log).
+    pub narrations: broadcast::Sender<Narration>,
+    /// Every change event.
+    pub events: broadcast::Sender<ChangeEvent>,
+}
+
+impl Outputs {
+    /// Outputs with no publisher and small broadcast channels.
+    pub fn new(publisher: Option<Publisher>) -> Outputs {
+        Outputs {
+            publisher,
+            narrations: broadcast::channel(64).0,
+            events: broadcast::channel(64).0,
+        }
+    }
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The camera (id, narration keys, DiffFP minimum, window).
+    pub camera: CameraConfig,
+    /// System message of the stream.
+    pub system: Option<String>,
+    /// Context positions the live cache may use.
+    pub budget: usize,
+    /// Rebuild slack (`memory.rebuild_slack`).
+    pub slack: f64,
+    /// How long to wait for a frame before checking for shutdown.
+    pub poll: Duration,
+}
+
+/// A running memory worker.
+#[derive(Debug)]
+pub struct MemoryWorker {
+    memory: Arc<CameraMemory>,
+    window: Arc<Window>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MemoryWorker {
+    /// Starts following `window` on a thread named `memory-<camera>`.
+    pub fn start(
+        generator: Generator,
+        window: Arc<Window>,
+        memory: Arc<CameraMemory>,
+        opts: WorkerOptions,
+        outputs: Outputs,
+    ) -> std::io::Result<MemoryWorker> {
+        let state = Watcher::new(generator, memory.clone(), opts, outputs);
+        let stop = state.stop.clone();
+        let name = format!("memory-{}", memory.camera);
+        let follow = window.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.chars().take(15).collect())
+            .spawn(move || state.follow(&follow))?;
+        Ok(MemoryWorker {
+            memory,
+            window,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The camera's memory.
+    pub fn memory(&self) -> &Arc<CameraMemory> {
+        &self.memory
+    }
+
+    /// The window it follows.
+    pub fn window(&self) -> &Arc<Window> {
+        &self.window
+    }
+
+    /// Whether the thread ended (it only ends when asked to).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Asks the worker to stop (a narration in progress ends at its next token) and waits at most
+    /// `bound`; returns whether it stopped in time.
+    pub fn stop(mut self, bound: Duration) -> bool {
+        self.stop.store(true, Ordering::Relaxed);
+        let until = Instant::now() + bound;
+        while Instant::now() < until {
+            if self.is_finished() {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+impl Drop for MemoryWorker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The memory worker's state machine, driven by [`MemoryWorker`]'s thread or directly (tests,
+/// benches) with [`Watcher::step`].
+pub struct Watcher {
+    generator: Generator,
+    memory: Arc<CameraMemory>,
+    outputs: Outputs,
+    stop: Arc<AtomicBool>,
+    opts: WorkerOptions,
+    encoder: FrameEncoder,
+    live: Option<LiveCache>,
+    narrator: Narrator,
+    last_seq: Option<u64>,
+    geometry: Option<(u32, u32)>,
+    last_error_log: Option<Instant>,
+}
+
+/// A trigger that fired, with the span of footage it narrates.
+struct Fired {
+    trigger: Trigger,
+    span: (Duration, SystemTime),
+    end: (Duration, SystemTime),
+}
+
+fn unix_secs(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher")
+            .field("camera", &self.memory.camera)
+            .field("last_seq", &self.last_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Watcher {
+    /// A watcher for one camera's memory.
+    pub fn new(
+        generator: Generator,
+        memory: Arc<CameraMemory>,
+        opts: WorkerOptions,
+        outputs: Outputs,
+    ) -> Watcher {
+        Watcher {
+            narrator: Narrator::new(opts.camera.narrate.clone(), opts.camera.prune.min_tokens),
+            generator,
+            memory,
+            outputs,
+            stop: Arc::new(AtomicBool::new(false)),
+            encoder: FrameEncoder::new(),
+            live: None,
+            last_seq: None,
+            geometry: None,
+            opts,
+            last_error_log: None,
+        }
+    }
+
+    fn stats(&self) -> &WatchStats {
+        &self.memory.stats
+    }
+
+    /// The live cache, once built.
+    pub fn live(&self) -> Option<&LiveCache> {
+        self.live.as_ref()
+    }
+
+    /// Follows `window` until stopped.
+    fn follow(mut self, window: &Window) {
+        tracing::debug!(camera = %self.memory.camera, "Memory worker started");
+        while !self.stop.load(Ordering::Relaxed) {
+            let frames = window.wait_newer_than(self.last_seq, self.opts.poll);
+            if !frames.is_empty() {
+                self.step(&frames);
+            }
+        }
+        tracing::debug!(camera = %self.memory.camera, "Memory worker stopped");
+    }
+
+    /// Processes new frames (oldest first): encode, memory, live cache, triggers, at most one
+    /// narration. Frames already seen are ignored.
+    pub fn step(&mut self, frames: &[Arc<Frame>]) {
+        let start = match self.last_seq {
+            Some(s) => frames.partition_point(|f| f.seq <= s),
+            None => 0,
+        };
+        let frames = &frames[start..];
+        if frames.is_empty() {
+            return;
+        }
+        // A bug in one round must not end the camera's memory: reset and go on.
+        let round = std::panic::catch_unwind(AssertUnwindSafe(|| self.round(frames)));
+        if round.is_err() {
+            WatchStats::bump(&self.stats().errors);
+            tracing::error!(camera = %self.memory.camera, "Memory worker round crashed; live cache reset");
+            self.live = None;
+            self.encoder.reset();
+            self.last_seq = frames.last().map(|f| f.seq);
+        }
+    }
+
+    fn error(&mut self, what: &str, e: &dyn std::fmt::Display) {
+        WatchStats::bump(&self.stats().errors);
+        // One line per 10 s at most: a broken engine must not flood the log at the frame rate.
+        if self
+            .last_error_log
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(10))
+        {
+            self.last_error_log = Some(Instant::now());
+            tracing::error!(camera = %self.memory.camera, error = %e, "{what}");
+        }
+    }
+
+    fn round(&mut self, frames: &[Arc<Frame>]) {
+        if let (Some(last), Some(first)) = (self.last_seq, frames.first()) {
+            let gap = first.seq.saturating_sub(last + 1);
+            if gap > 0 {
+                self.stats().frames_missed.fetch_add(gap, Ordering::Relaxed);
+                self.encoder.reset();
+            }
+        }
+        self.last_seq = frames.last().map(|f| f.seq);
+        let mut fired: Vec<Fired> = Vec::new();
+        let batch = self.generator.engines().vision().max_batch();
+        let mut rest = frames;
+        while !rest.is_empty() {
+            let g = (rest[0].width, rest[0].height);
+            if self.geometry != Some(g) {
+                // A restart with another geometry: old features cannot share a cache with new ones.
+                if self.geometry.is_some() {
+                    self.memory.clear();
+                    self.live = None;
+                }
+                self.encoder.reset();
+                self.geometry = Some(g);
+            }
+            let same = rest
+                .iter()
+                .take(batch)
+                .take_while(|f| (f.width, f.height) == g)
+                .count();
+            let (chunk, tail) = rest.split_at(same);
+            rest = tail;
+            self.chunk(chunk, &mut fired);
+        }
+        if let Some(last) = fired.pop() {
+            let skipped = fired.len() as u64;
+            if skipped > 0 {
+                self.stats()
+                    .narrations_skipped
+                    .fetch_add(skipped, Ordering::Relaxed);
+                tracing::debug!(camera = %self.memory.camera, skipped, "Generation behind: narrations skipped");
+            }
+            let span = fired.first().map_or(last.span, |f| f.span);
+            self.narrate(Fired { span, ..last });
+        }
+    }
+
+    fn chunk(&mut self, chunk: &[Arc<Frame>], fired: &mut Vec<Fired>) {
+        let vision = self.generator.engines().vision();
+        let encoded = match self.encoder.encode(vision, chunk) {
+            Ok(v) => v,
+            Err(e) => {
+                self.encoder.reset();
+                self.error("Vision encoder failed; frames skipped", &e);
+                return;
+            }
+        };
+        let reused = encoded.iter().filter(|f| f.reused).count() as u64;
+        let stats = self.stats();
+        stats.frames_reused.fetch_add(reused, Ordering::Relaxed);
+        stats
+            .frames_encoded
+            .fetch_add(encoded.len() as u64 - reused, Ordering::Relaxed);
+        let encoded: Vec<Arc<MemoryFrame>> = encoded.into_iter().map(Arc::new).collect();
+        self.memory.push(&encoded);
+
+        let t0 = Instant::now();
+        let model = self.opts.camera.narrate.triggers.model;
+        let special = self.generator.engines().manifest().special_tokens.clone();
+        // With the model trigger each frame needs its own logits; otherwise one prefill per chunk.
+        let groups: Vec<&[Arc<MemoryFrame>]> = if model {
+            encoded.chunks(1).collect()
+        } else {
+            vec![&encoded[..]]
+        };
+        for group in groups {
+            let speak = match self.extend(group) {
+                Ok(true) => self.live.as_ref().and_then(|l| {
+                    narrate::speak_probability(l.logits(), special.im_start, special.stream_start)
+                }),
+                Ok(false) => None,
+                Err(()) => return,
+            };
+            for (i, f) in group.iter().enumerate() {
+                let last = i + 1 == group.len();
+                self.observe(f, if last { speak } else { None }, fired);
+            }
+        }
+        self.stats().append.observe(t0.elapsed());
+        if let Some(live) = &self.live {
+            self.memory.set_live(Some(Arc::new(live.view())));
+        }
+    }
+
+    /// Appends frames to the live cache (building it first if needed). `Ok(true)`: the logits are
+    /// those after the last of these frames.
+    fn extend(&mut self, frames: &[Arc<MemoryFrame>]) -> Result<bool, ()> {
+        let generator = self.generator.clone();
+        if self.live.is_none() {
+            let opts = LiveOptions {
+                system: self.opts.system.clone(),
+                budget: self.opts.budget,
+                slack: self.opts.slack,
+                window_frames: self.opts.camera.window_frames(),
+            };
+            let built = LiveCache::new(&generator, opts).and_then(|mut l| {
+                self.memory
+                    .with_memory(|m| l.rebuild(&generator, m, RebuildReason::Initial))
+                    .map(|()| l)
+            });
+            match built {
+                Ok(l) => {
+                    WatchStats::bump(&self.stats().rebuilds);
+                    self.live = Some(l);
+                    return Ok(true);
+                }
+                Err(e) => {
+                    self.error("Live cache build failed", &e);
+                    return Err(());
+                }
+            }
+        }
+        let live = self.live.as_mut().ok_or(())?;
+        // The memory lock is held for the prefill: questions wait at most one frame item.
+        let memory = self.memory.clone();
+        let result = memory.with_memory(|m| live.append(&generator, m, frames));
+        match result {
+            Ok(rebuilt) => {
+                if let Some(reason) = rebuilt {
+                    WatchStats::bump(&memory.stats.rebuilds);
+                    let (_, last) = live.rebuilds();
+                    tracing::debug!(
+                        camera = %self.memory.camera, ?reason,
+                        ms = last.map(|(_, d)| d.as_secs_f64() * 1e3).unwrap_or(0.0),
+                        frames = live.frames(), positions = live.cache().len(),
+                        "Live cache rebuilt from memory"
+                    );
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                self.live = None;
+                self.error("Live cache prefill failed; rebuilding from memory", &e);
+                Err(())
+            }
+        }
+    }
+
+    fn observe(&mut self, f: &MemoryFrame, speak: Option<f64>, fired: &mut Vec<Fired>) {
+        let signal = FrameSignal {
+            pts: f.pts,
+            wall: f.wall,
+            kept: f.kept(),
+            total: f.total,
+            key_frame: f.key_frame,
+        };
+        let span = self.narrator.span_start().unwrap_or((f.pts, f.wall));
+        let obs = self.narrator.observe(&signal, speak);
+        if let Some(kind) = obs.event {
+            let event = ChangeEvent {
+                camera: self.memory.camera.clone(),
+                kind,
+                stream_secs: f.pts.as_secs_f64(),
+                ts: unix_secs(f.wall),
+                activity: f.kept_ratio(),
+            };
+            if let Some(p) = &self.outputs.publisher {
+                p.event(&event);
+            }
+            let _ = self.outputs.events.send(event);
+        }
+        if let Some(trigger) = obs.fire {
+            // The span is consumed now, whether this narration is generated or skipped.
+            self.narrator.spoke(f.pts);
+            fired.push(Fired {
+                trigger,
+                span,
+                end: (f.pts, f.wall),
+            });
+        }
+    }
+
+    fn narrate(&mut self, fired: Fired) {
+        let Some(live) = self.live.as_ref().map(LiveCache::view) else {
+            return;
+        };
+        let camera = self.memory.camera.clone();
+        let started_wall = SystemTime::now();
+        let id = format!(
+            "{camera}-{}",
+            started_wall
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0)
+        );
+        let mut stream = self
+            .outputs
+            .publisher
+            .as_ref()
+            .map(|p| p.narration_stream(&camera, &id));
+        let cfg = self.opts.camera.narrate.clone();
+        let result = narrate::generate_narration(
+            &self.generator,
+            &live,
+            fired.trigger,
+            &cfg,
+            &self.stop,
+            |delta| {
+                if let Some(s) = stream.as_mut() {
+                    s.chunk(delta);
+                }
+            },
+        );
+        let g = match result {
+            Ok(g) => g,
+            Err(e) => {
+                WatchStats::bump(&self.stats().narration_errors);
+                self.error("Narration failed", &e);
+                return;
+            }
+        };
+        let stats = self.stats();
+        WatchStats::bump(&stats.narrations);
+        stats.narration_first_token.observe(g.first_token);
+        stats.narration_total.observe(g.total);
+        let narration = Narration {
+            id,
+            camera: camera.clone(),
+            trigger: fired.trigger,
+            text: g.text,
+            stream_start_secs: fired.span.0.as_secs_f64(),
+            stream_end_secs: fired.end.0.as_secs_f64(),
+            wall_start: unix_secs(fired.span.1),
+            wall_end: unix_secs(fired.end.1),
+            frames: live.frames as u32,
+            visual_tokens: live.visual_tokens as u32,
+            prompt_tokens: g.prompt_tokens as u32,
+            generated_tokens: g.generated_tokens as u32,
+            first_token_ms: g.first_token.as_secs_f64() * 1e3,
+            total_ms: g.total.as_secs_f64() * 1e3,
+        };
+        tracing::info!(
+            target: "narration",
+            camera = %camera,
+            trigger = ?narration.trigger,
+            span = format!("{:.1}-{:.1}s", narration.stream_start_secs, narration.stream_end_secs),
+            tokens = narration.generated_tokens,
+            first_token_ms = format!("{:.0}", narration.first_token_ms),
+            "{:?}",
+            narration.text
+        );
+        if let Some(s) = stream {
+            s.finish(&narration);
+        }
+        let _ = self.outputs.narrations.send(narration);
+    }
+}

@@ -1,0 +1,107 @@
+//! Conversations: the cache after an answer, kept for a follow-up with the same id; bounded in
+//! number (least recently used forgotten first) and in age.
+
+use crate::generate::KvCache;
+use crate::generate::render::{self, Rendered};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// One conversation's state after its last answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Conversation {
+    /// The camera it is about.
+    pub camera: String,
+    /// The cache: footage, questions and answers so far (minus `unfed`).
+    pub cache: KvCache,
+    /// Sampled tokens not in the cache (the stop token or the last token).
+    pub unfed: Vec<u32>,
+    /// The last answer ended its turn (`<|im_end|>` among `unfed`).
+    pub ended: bool,
+    /// The newest frame in the cache.
+    pub last_seq: u64,
+    /// Stream time of the first frame in the cache.
+    pub first_pts: Duration,
+    /// Frames in the cache.
+    pub frames: usize,
+    /// Visual tokens in the cache.
+    pub visual_tokens: usize,
+    /// Questions answered in it.
+    pub turns: u32,
+    /// Last answer's end.
+    pub last_used: Instant,
+}
+
+impl Conversation {
+    /// What closes the previous answer's turn before new footage and the next question.
+    pub fn turn_close(&self) -> Rendered {
+        // After `<|im_end|>` (unfed, fed first) only its newline is missing; a cut answer needs both.
+        render::template_text(if self.ended { "\n" } else { "<|im_end|>\n" })
+    }
+}
+
+/// The conversations remembered.
+#[derive(Debug)]
+pub struct Conversations {
+    max: usize,
+    ttl: Duration,
+    map: HashMap<String, Conversation>,
+}
+
+impl Conversations {
+    /// At most `max` conversations, each forgotten `ttl` after its last use.
+    pub fn new(max: usize, ttl: Duration) -> Conversations {
+        Conversations {
+            max,
+            ttl,
+            map: HashMap::new(),
+        }
+    }
+
+    /// Conversations held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn expire(&mut self) {
+        let ttl = self.ttl;
+        self.map.retain(|_, c| c.last_used.elapsed() < ttl);
+    }
+
+    /// Removes and returns a live conversation (it is put back after the answer).
+    pub(crate) fn take(&mut self, id: &str) -> Option<Conversation> {
+        self.expire();
+        self.map.remove(id)
+    }
+
+    /// Stores a conversation, forgetting the least recently used beyond the bound.
+    pub(crate) fn put(&mut self, id: String, c: Conversation) {
+        if self.max == 0 {
+            return;
+        }
+        self.expire();
+        self.map.insert(id, c);
+        while self.map.len() > self.max {
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|(_, c)| c.last_used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    self.map.remove(&k);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Forgets a camera's conversations.
+    pub(crate) fn remove_camera(&mut self, camera: &str) {
+        self.map.retain(|_, c| c.camera != camera);
+    }
+}

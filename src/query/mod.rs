@@ -1,0 +1,661 @@
+//! Query: questions over a camera's recent footage, answered from its memory (DESIGN §4.6).
+//!
+//! ```text
+//! question ─► admit (concurrency + queue, else `busy`) ─► validate ─► camera memory snapshot
+//!    live cache covers the window? ── yes ─► fork (O(1)) + frames newer than the cache
+//!                                    no ──► system turn + the window's frames from memory
+//!    + user turn + assistant opening ─► prefill ─► decode, streaming deltas ─► answer + timings
+//! ```
+//!
+//! The vision encoder never runs here: every frame comes from memory. A conversation id keeps the
+//! answer's cache so a follow-up continues from it, with the footage that arrived since.
+
+mod conversation;
+
+pub use conversation::Conversations;
+
+use crate::config::QueryConfig;
+use crate::generate::render::{self, Role};
+use crate::generate::{GenerateError, GenerateOptions, Generator, StopReason};
+use crate::memory::{CameraMemory, MemoryFrame, WatchStats};
+use crate::publish::{
+    Answer, AnswerStream, ErrorCode, FinishReason, Publisher, QueryError, QueryRequest,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::memory::live::StreamPrompt;
+
+/// One question.
+#[derive(Debug, Clone)]
+pub struct AskRequest {
+    /// Camera id.
+    pub camera: String,
+    /// The question.
+    pub question: String,
+    /// Footage to ground the answer on; `None`: the camera's whole window.
+    pub window: Option<Duration>,
+    /// Most tokens to generate; `None`: `query.max_tokens`.
+    pub max_tokens: Option<u32>,
+    /// Conversation id for follow-ups.
+    pub conversation: Option<String>,
+    /// When the question arrived (time to first token counts from here).
+    pub received: Instant,
+}
+
+impl AskRequest {
+    /// A question about a camera's whole window.
+    pub fn new(camera: impl Into<String>, question: impl Into<String>) -> AskRequest {
+        AskRequest {
+            camera: camera.into(),
+            question: question.into(),
+            window: None,
+            max_tokens: None,
+            conversation: None,
+            received: Instant::now(),
+        }
+    }
+}
+
+/// How a question was answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerReport {
+    /// The full text.
+    pub text: String,
+    /// Why generation stopped.
+    pub finish: FinishReason,
+    /// Stream time of the first and last frame the model saw.
+    pub window: (Duration, Duration),
+    /// Frames the model saw.
+    pub frames: usize,
+    /// Visual tokens the model saw.
+    pub visual_tokens: usize,
+    /// Prompt positions in all (cache and new).
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub generated_tokens: usize,
+    /// From receiving the question to the first token.
+    pub first_token: Duration,
+    /// From receiving the question to the last token.
+    pub total: Duration,
+    /// The camera's live cache was forked (instead of prefilling the window from memory).
+    pub forked: bool,
+    /// Turn number in its conversation (1 for a first question).
+    pub turn: u32,
+}
+
+impl AnswerReport {
+    /// The final MQTT message.
+    pub fn to_answer(&self, id: &str, camera: &str) -> Answer {
+        Answer {
+            id: id.to_string(),
+            camera: camera.to_string(),
+            text: self.text.clone(),
+            finish: self.finish,
+            window_start_secs: self.window.0.as_secs_f64(),
+            window_end_secs: self.window.1.as_secs_f64(),
+            frames: self.frames as u32,
+            visual_tokens: self.visual_tokens as u32,
+            prompt_tokens: self.prompt_tokens as u32,
+            generated_tokens: self.generated_tokens as u32,
+            first_token_ms: self.first_token.as_secs_f64() * 1e3,
+            total_ms: self.total.as_secs_f64() * 1e3,
+        }
+    }
+}
+
+/// Receives an answer's text as it is generated.
+pub trait Deltas: Send + 'static {
+    /// A new piece of text (never empty, never half a character).
+    fn delta(&mut self, text: &str);
+}
+
+impl<F: FnMut(&str) + Send + 'static> Deltas for F {
+    fn delta(&mut self, text: &str) {
+        self(text)
+    }
+}
+
+impl Deltas for AnswerStream {
+    fn delta(&mut self, text: &str) {
+        self.chunk(text);
+    }
+}
+
+/// A place among the questions being answered or waiting; dropping it frees the place.
+#[derive(Debug)]
+pub struct Admission {
+    _slot: OwnedSemaphorePermit,
+}
+
+/// Limits a question must respect (besides the camera's window).
+#[derive(Debug, Clone, Copy)]
+pub struct AskLimits {
+    /// Longest question in characters.
+    pub question_max_chars: usize,
+    /// Most tokens a question may ask for.
+    pub max_tokens: u32,
+    /// Questions waiting beyond those being answered.
+    pub queue: usize,
+}
+
+impl Default for AskLimits {
+    fn default() -> Self {
+        AskLimits {
+            question_max_chars: 2000,
+            max_tokens: crate::publish::MAX_TOKENS_LIMIT,
+            queue: 16,
+        }
+    }
+}
+
+/// Answers questions for every camera; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct QueryService {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    model: Result<Generator, String>,
+    cameras: RwLock<BTreeMap<String, Arc<CameraMemory>>>,
+    admission: Arc<Semaphore>,
+    running: Arc<Semaphore>,
+    conversations: Mutex<Conversations>,
+    cfg: QueryConfig,
+    limits: AskLimits,
+    system: Option<String>,
+    slack: f64,
+    budget: usize,
+    cancel: AtomicBool,
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> QueryError {
+    QueryError::new(code, message)
+}
+
+impl QueryService {
+    /// A service on loaded engines (`Err(reason)`: no model, every question gets `no_model`).
+    /// `system` and `budget`/`slack` must match the memory workers' (the live cache layout).
+    pub fn new(
+        model: Result<Generator, String>,
+        cfg: QueryConfig,
+        limits: AskLimits,
+        system: Option<String>,
+        budget: usize,
+        slack: f64,
+    ) -> QueryService {
+        let concurrency = cfg.concurrency.max(1) as usize;
+        QueryService {
+            inner: Arc::new(Inner {
+                model,
+                cameras: RwLock::new(BTreeMap::new()),
+                admission: Arc::new(Semaphore::new(concurrency + limits.queue)),
+                running: Arc::new(Semaphore::new(concurrency)),
+                conversations: Mutex::new(Conversations::new(
+                    cfg.conversations as usize,
+                    cfg.conversation_ttl,
+                )),
+                cfg,
+                limits,
+                system,
+                slack,
+                budget,
+                cancel: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Makes a camera's memory answerable (replacing an earlier one of the same id).
+    pub fn set_camera(&self, memory: Arc<CameraMemory>) {
+        let mut cams = self
+            .inner
+            .cameras
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        cams.insert(memory.camera.clone(), memory);
+    }
+
+    /// Forgets a camera (and its conversations).
+    pub fn remove_camera(&self, id: &str) {
+        let mut cams = self
+            .inner
+            .cameras
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        cams.remove(id);
+        self.conversations().remove_camera(id);
+    }
+
+    fn conversations(&self) -> std::sync::MutexGuard<'_, Conversations> {
+        self.inner
+            .conversations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Conversations remembered now.
+    pub fn conversation_count(&self) -> usize {
+        self.conversations().len()
+    }
+
+    /// Ends generation in progress at the next token and refuses new questions (shutdown).
+    pub fn cancel_all(&self) {
+        self.inner.cancel.store(true, Ordering::Relaxed);
+        self.inner.admission.close();
+    }
+
+    /// Takes a place among the questions being answered or waiting, or says `busy`.
+    pub fn admit(&self) -> Result<Admission, QueryError> {
+        let total = self.inner.cfg.concurrency as usize + self.inner.limits.queue;
+        self.inner
+            .admission
+            .clone()
+            .try_acquire_owned()
+            .map(|slot| Admission { _slot: slot })
+            .map_err(|_| {
+                err(
+                    ErrorCode::Busy,
+                    format!(
+                        "{total} questions are being answered or waiting (query.concurrency = {}, mqtt.query_queue = {}); ask again later",
+                        self.inner.cfg.concurrency, self.inner.limits.queue
+                    ),
+                )
+            })
+    }
+
+    /// Answers an admitted question: waits for a generation slot, then generates on a blocking
+    /// thread, passing text to `out` as it comes. Returns `out` with the outcome.
+    pub async fn ask<D: Deltas>(
+        &self,
+        admission: Admission,
+        request: AskRequest,
+        mut out: D,
+    ) -> (D, Result<AnswerReport, QueryError>) {
+        let running = match self.inner.running.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(_) => {
+                let e = err(ErrorCode::Internal, "the runtime is shutting down");
+                return (out, Err(e));
+            }
+        };
+        let service = self.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let _held = (admission, running);
+            let r = service.answer(&request, &mut |d: &str| out.delta(d));
+            (out, r)
+        });
+        match job.await {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "Question crashed");
+                // The output went down with the task; nothing more can be sent through it.
+                std::panic::resume_unwind(e.into_panic())
+            }
+        }
+    }
+
+    /// Answers a question on the calling thread (blocking), without admission control.
+    pub fn answer(
+        &self,
+        req: &AskRequest,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<AnswerReport, QueryError> {
+        let cam = self.camera(&req.camera)?;
+        let result = self.answer_on(&cam, req, on_delta);
+        let stats = &cam.stats;
+        match &result {
+            Ok(r) => {
+                WatchStats::bump(&stats.answers);
+                stats.answer_first_token.observe(r.first_token);
+                stats.answer_total.observe(r.total);
+            }
+            Err(e) if e.code == ErrorCode::Internal => WatchStats::bump(&stats.answer_errors),
+            Err(_) => {}
+        }
+        result
+    }
+
+    fn camera(&self, id: &str) -> Result<Arc<CameraMemory>, QueryError> {
+        let cams = self.inner.cameras.read().unwrap_or_else(|p| p.into_inner());
+        cams.get(id).cloned().ok_or_else(|| {
+            let known: Vec<&str> = cams.keys().map(String::as_str).collect();
+            err(
+                ErrorCode::UnknownCamera,
+                format!(
+                    "no camera `{}` with a memory (cameras: {})",
+                    id.chars().take(64).collect::<String>(),
+                    if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        })
+    }
+
+    fn answer_on(
+        &self,
+        cam: &CameraMemory,
+        req: &AskRequest,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<AnswerReport, QueryError> {
+        let inner = &self.inner;
+        let question = req.question.trim();
+        if question.is_empty() {
+            return Err(err(ErrorCode::EmptyQuestion, "`question` is empty"));
+        }
+        let chars = question.chars().count();
+        if chars > inner.limits.question_max_chars {
+            return Err(err(
+                ErrorCode::QuestionTooLong,
+                format!(
+                    "`question` has {chars} characters; at most {} are accepted",
+                    inner.limits.question_max_chars
+                ),
+            ));
+        }
+        let window = req.window.unwrap_or(cam.window);
+        if window > cam.window + Duration::from_micros(1) {
+            return Err(err(
+                ErrorCode::WindowTooLong,
+                format!(
+                    "`window_secs` = {} is more than camera `{}` keeps ({} s, its window_secs)",
+                    window.as_secs_f64(),
+                    cam.camera,
+                    cam.window.as_secs_f64()
+                ),
+            ));
+        }
+        if window.is_zero() {
+            return Err(err(ErrorCode::InvalidField, "`window_secs` must be > 0"));
+        }
+        let max_tokens = req.max_tokens.unwrap_or(inner.cfg.max_tokens);
+        if max_tokens == 0 || max_tokens > inner.limits.max_tokens {
+            return Err(err(
+                ErrorCode::InvalidField,
+                format!(
+                    "`max_tokens` must be between 1 and {}, got {max_tokens}",
+                    inner.limits.max_tokens
+                ),
+            ));
+        }
+        let generator = match &inner.model {
+            Ok(g) => g,
+            Err(reason) => {
+                return Err(err(
+                    ErrorCode::NoModel,
+                    format!("no model is loaded: {reason}"),
+                ));
+            }
+        };
+        let taken = req
+            .conversation
+            .as_ref()
+            .and_then(|id| self.conversations().take(id));
+        let previous = match (&req.conversation, taken) {
+            (Some(id), taken) => match taken {
+                Some(c) if c.camera != cam.camera => {
+                    let camera = c.camera.clone();
+                    // Put it back: the conversation is still valid for its own camera.
+                    self.conversations().put(id.clone(), c);
+                    return Err(err(
+                        ErrorCode::InvalidField,
+                        format!(
+                            "conversation `{id}` belongs to camera `{camera}`, not `{}`",
+                            cam.camera
+                        ),
+                    ));
+                }
+                other => other,
+            },
+            (None, _) => None,
+        };
+        let snap = cam.snapshot();
+        let Some(newest) = snap.frames.last().cloned() else {
+            if let (Some(c), Some(id)) = (previous, &req.conversation) {
+                self.conversations().put(id.clone(), c);
+            }
+            return Err(err(
+                ErrorCode::NoFrames,
+                format!(
+                    "camera `{}` has no encoded frames yet (stopped, or just started)",
+                    cam.camera
+                ),
+            ));
+        };
+        let hidden = generator.engines().decoder().hidden();
+        let ask = render::videollama3_stream_ask(Role::User, question);
+
+        // Where the prompt starts: a conversation, the live cache, or nothing (system turn).
+        let t_start = newest.pts.saturating_sub(window);
+        let in_window = |f: &MemoryFrame| newest.pts.saturating_sub(f.pts) < window;
+        let mut sp = StreamPrompt::default();
+        let (base, forked, first, frames_before, visual_before, turn) = match &previous {
+            Some(conv) => {
+                sp.tokens = conv.unfed.clone();
+                sp.head.push(conv.turn_close());
+                sp.frames = snap
+                    .frames
+                    .iter()
+                    .filter(|f| f.seq > conv.last_seq)
+                    .cloned()
+                    .collect();
+                (
+                    conv.cache.fork(),
+                    false,
+                    Some(conv.first_pts),
+                    conv.frames,
+                    conv.visual_tokens,
+                    conv.turns + 1,
+                )
+            }
+            None => {
+                // Older footage in the cache is tolerated up to the slack's share of what was
+                // asked: a short window is built from memory instead of forking a long cache.
+                let slack = Duration::from_secs_f64(inner.slack * window.as_secs_f64());
+                let live = snap
+                    .live
+                    .as_ref()
+                    .filter(|l| l.span.is_some_and(|(start, _)| start + slack >= t_start));
+                match live {
+                    Some(l) => {
+                        sp.frames = snap
+                            .frames
+                            .iter()
+                            .filter(|f| l.last_seq.is_none_or(|s| f.seq > s))
+                            .cloned()
+                            .collect();
+                        (
+                            l.cache.fork(),
+                            true,
+                            l.span.map(|s| s.0),
+                            l.frames,
+                            l.visual_tokens,
+                            1,
+                        )
+                    }
+                    None => {
+                        sp.head
+                            .push(render::videollama3_stream_prefix(inner.system.as_deref()));
+                        sp.frames = fit_budget(
+                            snap.frames
+                                .iter()
+                                .filter(|f| in_window(f))
+                                .cloned()
+                                .collect(),
+                            inner.budget,
+                        );
+                        let empty = generator.empty_cache().map_err(internal)?;
+                        (empty, false, None, 0, 0, 1)
+                    }
+                }
+            }
+        };
+        sp.tail.push(ask);
+        let first = first
+            .or(sp.frames.first().map(|f| f.pts))
+            .unwrap_or(newest.pts);
+        let last = sp.frames.last().map_or(newest.pts, |f| f.pts).max(first);
+        let frames = frames_before + sp.frames.len();
+        let visual_tokens = visual_before + sp.frames.iter().map(|f| f.kept()).sum::<usize>();
+        let last_seq = sp
+            .frames
+            .last()
+            .map(|f| f.seq)
+            .or(previous.as_ref().map(|c| c.last_seq))
+            .or(snap.live.as_ref().and_then(|l| l.last_seq))
+            .unwrap_or(newest.seq);
+
+        let prompt = sp.prompt(hidden).map_err(internal)?;
+        let opts = GenerateOptions {
+            max_new_tokens: max_tokens as usize,
+            ..GenerateOptions::default()
+        };
+        let mut d = match generator.start(&base, &prompt, &opts) {
+            Ok(d) => d,
+            Err(GenerateError::ContextFull { cached, new, max }) => {
+                return Err(err(
+                    ErrorCode::ContextFull,
+                    format!(
+                        "the conversation holds {cached} positions and this turn needs {new} more; the model's context is {max}: start a new conversation"
+                    ),
+                ));
+            }
+            Err(e) => return Err(internal(e)),
+        };
+        let mut first_token = None;
+        while !inner.cancel.load(Ordering::Relaxed) {
+            match d.next_token().map_err(internal)? {
+                Some(event) => {
+                    first_token.get_or_insert_with(|| req.received.elapsed());
+                    if !event.delta.is_empty() {
+                        on_delta(&event.delta);
+                    }
+                }
+                None => break,
+            }
+        }
+        if first_token.is_none() && d.stop_reason().is_some() {
+            // Stopped at once (the first token was a stop token): that was the first token.
+            first_token = Some(req.received.elapsed());
+        }
+        let tail = d.flush();
+        if !tail.is_empty() {
+            on_delta(&tail);
+        }
+        let g = d.finish();
+        let total = req.received.elapsed();
+        let finish = match g.stop {
+            StopReason::EndOfTurn(_) => FinishReason::Stop,
+            StopReason::TokenLimit | StopReason::ContextFull => FinishReason::MaxTokens,
+        };
+        let report = AnswerReport {
+            text: g.text.clone(),
+            finish,
+            window: (first, last),
+            frames,
+            visual_tokens,
+            prompt_tokens: base.len() + g.prompt_tokens,
+            generated_tokens: g.tokens.len(),
+            first_token: first_token.unwrap_or(total),
+            total,
+            forked,
+            turn,
+        };
+        if let Some(id) = &req.conversation {
+            self.conversations().put(
+                id.clone(),
+                conversation::Conversation {
+                    camera: cam.camera.clone(),
+                    ended: matches!(g.stop, StopReason::EndOfTurn(_)),
+                    cache: g.cache,
+                    unfed: g.unfed,
+                    last_seq,
+                    first_pts: first,
+                    frames,
+                    visual_tokens,
+                    turns: turn,
+                    last_used: Instant::now(),
+                },
+            );
+        }
+        Ok(report)
+    }
+}
+
+/// The newest frames that fit in `budget` positions (visual tokens plus a margin per item).
+fn fit_budget(mut frames: Vec<Arc<MemoryFrame>>, budget: usize) -> Vec<Arc<MemoryFrame>> {
+    // Each item adds a handful of template positions; 8 bounds the streaming template.
+    let mut room = budget;
+    let mut start = frames.len();
+    for f in frames.iter().rev() {
+        let need = f.kept() + 8;
+        if need > room {
+            break;
+        }
+        room -= need;
+        start -= 1;
+    }
+    frames.drain(..start);
+    frames
+}
+
+fn internal(e: GenerateError) -> QueryError {
+    tracing::error!(error = %e, "Answer failed");
+    err(ErrorCode::Internal, format!("generation failed: {e}"))
+}
+
+/// Answers the valid questions MQTT delivers: a question that finds no place gets `busy`, the
+/// others stream their answer as chunks and end with the final message or an error reply.
+pub async fn serve_mqtt(
+    service: QueryService,
+    mut questions: tokio::sync::mpsc::Receiver<QueryRequest>,
+    publisher: Publisher,
+) {
+    while let Some(q) = questions.recv().await {
+        let admission = match service.admit() {
+            Ok(a) => a,
+            Err(e) => {
+                publisher.count_busy();
+                publisher.answer_error(&q.reply, e);
+                continue;
+            }
+        };
+        let service = service.clone();
+        let publisher = publisher.clone();
+        tokio::spawn(async move {
+            let id = q.query.id.clone();
+            let camera = q.query.camera.clone();
+            let request = AskRequest {
+                camera: q.query.camera,
+                question: q.query.question,
+                window: Some(q.query.window),
+                max_tokens: q.query.max_tokens,
+                conversation: q.query.conversation,
+                received: q.received,
+            };
+            let stream = publisher.answer_stream(q.reply);
+            let (stream, result) = service.ask(admission, request, stream).await;
+            match result {
+                Ok(report) => {
+                    tracing::info!(
+                        target: "answer", camera = %camera, id = %id,
+                        first_token_ms = format!("{:.0}", report.first_token.as_secs_f64() * 1e3),
+                        tokens = report.generated_tokens, frames = report.frames, forked = report.forked,
+                        "Answered"
+                    );
+                    stream.finish(&report.to_answer(&id, &camera));
+                }
+                Err(e) => {
+                    tracing::info!(target: "answer", camera = %camera, id = %id, error = %e, "Question refused");
+                    stream.fail(e);
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,652 @@
+//! Watching, end to end on the tiny model: frames pruned by the real DiffFP, encoded once into
+//! memory, the live KV cache extended incrementally, narration triggers, and questions answered
+//! from memory (issue "Watching").
+
+mod engine_common;
+
+use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri};
+use edgevlm::generate::render::{self, FrameSlot, Role};
+use edgevlm::generate::{GenerateOptions, Generator, KvCache};
+use edgevlm::memory::{
+    CameraMemory, FrameEncoder, LiveCache, MemoryFrame, Outputs, Watcher, WorkerOptions,
+};
+use edgevlm::prune::{PruneParams, Pruner};
+use edgevlm::publish::{ChangeKind, ErrorCode, Trigger};
+use edgevlm::query::{AskLimits, AskRequest, QueryService};
+use edgevlm::ring::{Frame, TokenMask};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+const W: usize = 336;
+const H: usize = 196;
+const SYSTEM: &str = "You are a helpful assistant.";
+
+/// A synthetic camera: a fixed background, moving boxes drawn on it, pruned by the real DiffFP,
+/// with stream and wall clocks driven by the test.
+struct Scene {
+    pruner: Pruner,
+    seq: u64,
+}
+
+impl Scene {
+    fn new() -> Scene {
+        Scene {
+            pruner: Pruner::new(W, H, PruneParams::default()).unwrap(),
+            seq: 0,
+        }
+    }
+
+    /// A frame at `secs` with boxes `(x, y, size)`.
+    fn frame(&mut self, secs: f64, boxes: &[(usize, usize, usize)]) -> Arc<Frame> {
+        let mut rgb = vec![0u8; W * H * 3];
+        for y in 0..H {
+            for x in 0..W {
+                let i = (y * W + x) * 3;
+                rgb[i] = (x * 255 / W) as u8;
+                rgb[i + 1] = (y * 255 / H) as u8;
+                rgb[i + 2] = 96;
+            }
+        }
+        for &(bx, by, size) in boxes {
+            for y in by..(by + size).min(H) {
+                for x in bx..(bx + size).min(W) {
+                    let i = (y * W + x) * 3;
+                    rgb[i..i + 3].copy_from_slice(&[250, 250, 20]);
+                }
+            }
+        }
+        let decision = self.pruner.push(&rgb, W * 3).unwrap();
+        let tokens = Some(TokenMask::from_decision(decision));
+        let seq = self.seq;
+        self.seq += 1;
+        Arc::new(Frame {
+            camera: "cam".into(),
+            seq,
+            pts: Duration::from_secs_f64(secs),
+            wall_time: SystemTime::UNIX_EPOCH + Duration::from_secs_f64(1.7e9 + secs),
+            width: W as u32,
+            height: H as u32,
+            rgb: rgb.into_boxed_slice(),
+            tokens,
+        })
+    }
+
+    /// `n` frames at 1 fps from `t0`, a small box moving right by a token per frame.
+    fn moving(&mut self, t0: u64, n: u64) -> Vec<Arc<Frame>> {
+        (0..n)
+            .map(|i| {
+                let x = ((t0 + i) as usize * 28) % (W - 56);
+                self.frame((t0 + i) as f64, &[(x, 56, 40)])
+            })
+            .collect()
+    }
+}
+
+fn encode(generator: &Generator, frames: &[Arc<Frame>]) -> Vec<Arc<MemoryFrame>> {
+    FrameEncoder::new()
+        .encode(generator.engines().vision(), frames)
+        .unwrap()
+        .into_iter()
+        .map(Arc::new)
+        .collect()
+}
+
+fn camera(window_secs: u64, narrate: NarrateConfig) -> CameraConfig {
+    let mut c = CameraConfig::new("cam", SourceUri::parse("test://ball").unwrap());
+    c.window = Duration::from_secs(window_secs);
+    c.narrate = narrate;
+    c
+}
+
+fn live_options(budget: usize, window_frames: usize) -> edgevlm::memory::LiveOptions {
+    edgevlm::memory::LiveOptions {
+        system: Some(SYSTEM.into()),
+        budget,
+        slack: 0.25,
+        window_frames,
+    }
+}
+
+fn greedy(
+    generator: &Generator,
+    cache: &KvCache,
+    prompt: &edgevlm::generate::Prompt<'_>,
+) -> Vec<u32> {
+    let opts = GenerateOptions {
+        max_new_tokens: 12,
+        ..GenerateOptions::default()
+    };
+    generator
+        .generate(cache, prompt, &opts, |_| {})
+        .unwrap()
+        .tokens
+}
+
+#[test]
+fn the_live_cache_items_render_the_reference_stream_text() {
+    let frames = [
+        FrameSlot {
+            time_secs: 0.0,
+            kept: 3,
+        },
+        FrameSlot {
+            time_secs: 1.0,
+            kept: 1,
+        },
+        FrameSlot {
+            time_secs: 2.0,
+            kept: 2,
+        },
+    ];
+    let full = render::videollama3_stream(&frames, &[], Some(SYSTEM))
+        .unwrap()
+        .text();
+    let mut incremental = render::videollama3_stream_prefix(Some(SYSTEM)).text();
+    for f in &frames {
+        incremental.push_str(&render::videollama3_stream_frame(f.kept).unwrap().text());
+    }
+    assert_eq!(incremental, full);
+    let ask = render::videollama3_stream_ask(Role::User, "What moved?").text();
+    assert_eq!(
+        ask,
+        "<|im_start|>user\nWhat moved?<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn incremental_prefill_gives_the_same_tokens_as_a_full_prefill() {
+    let generator = engine_common::generator();
+    let hidden = generator.engines().decoder().hidden();
+    let mut scene = Scene::new();
+    let frames = scene.moving(0, 8);
+    let mem_frames = encode(&generator, &frames);
+    assert!(
+        mem_frames[1..].iter().any(|f| f.kept() < f.total),
+        "DiffFP pruned nothing"
+    );
+
+    // Incremental: one frame at a time onto the live cache, as the worker does.
+    let mut memory = edgevlm::memory::Memory::new(Duration::from_secs(60), 61);
+    let mut live = LiveCache::new(&generator, live_options(3000, 60)).unwrap();
+    for f in &mem_frames {
+        memory.push(f.clone());
+        assert_eq!(
+            live.append(&generator, &memory, std::slice::from_ref(f))
+                .unwrap(),
+            None
+        );
+    }
+    assert_eq!(live.frames(), 8);
+
+    // Full: the reference render of the same frames, prefilled from an empty cache.
+    let slots: Vec<FrameSlot> = mem_frames
+        .iter()
+        .map(|f| FrameSlot {
+            time_secs: f.pts.as_secs_f64(),
+            kept: f.kept(),
+        })
+        .collect();
+    let full = render::videollama3_stream(&slots, &[], Some(SYSTEM)).unwrap();
+    let rows: Vec<&[f32]> = mem_frames.iter().map(|f| &f.tokens[..]).collect();
+    let empty = generator.empty_cache().unwrap();
+    let prefill = generator
+        .prefill(&empty, &full.prompt(&rows, hidden).unwrap())
+        .unwrap();
+    assert_eq!(prefill.cache.len(), live.cache().len(), "same positions");
+    let max_diff = prefill
+        .logits
+        .iter()
+        .zip(live.logits())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        max_diff < 1e-3,
+        "logits after the frames differ by {max_diff}"
+    );
+
+    // The same question on both caches gives the same greedy answer.
+    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    let q = ask.prompt(&[], hidden).unwrap();
+    let a = greedy(&generator, live.cache(), &q);
+    let b = greedy(&generator, &prefill.cache, &q);
+    assert!(!a.is_empty());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn identical_frames_reuse_the_previous_features_without_an_encoder_run() {
+    let generator = engine_common::generator();
+    let mut scene = Scene::new();
+    let still: Vec<Arc<Frame>> = (0..5)
+        .map(|i| scene.frame(i as f64, &[(100, 50, 40)]))
+        .collect();
+    assert!(
+        still[1..]
+            .iter()
+            .all(|f| f.tokens.as_ref().unwrap().identical)
+    );
+    let before = generator.engines().stats();
+    let mut enc = FrameEncoder::new();
+    let out = enc.encode(generator.engines().vision(), &still).unwrap();
+    let after = generator.engines().stats();
+    assert_eq!(
+        after.vision_frames - before.vision_frames,
+        1,
+        "only the first frame is encoded"
+    );
+    assert!(!out[0].reused && out[1..].iter().all(|f| f.reused));
+    // Reused features are exactly what the encoder gives for that frame.
+    let fresh = FrameEncoder::new()
+        .encode(generator.engines().vision(), &still[4..5])
+        .unwrap();
+    let keep = still[4].tokens.as_ref().unwrap();
+    let hidden = generator.engines().decoder().hidden();
+    let kept_fresh: Vec<f32> = fresh[0]
+        .tokens
+        .chunks_exact(hidden)
+        .zip(keep.keep.iter())
+        .filter(|(_, k)| **k)
+        .flat_map(|(r, _)| r.iter().copied())
+        .collect();
+    assert_eq!(&out[4].tokens[..], &kept_fresh[..]);
+}
+
+fn watcher(
+    generator: &Generator,
+    window_secs: u64,
+    narrate: NarrateConfig,
+    budget: usize,
+) -> (Watcher, Arc<CameraMemory>, Outputs) {
+    let cam = camera(window_secs, narrate);
+    let memory = Arc::new(CameraMemory::new(
+        "cam",
+        cam.window,
+        cam.window_frames() + 1,
+    ));
+    let outputs = Outputs::new(None);
+    let w = Watcher::new(
+        generator.clone(),
+        memory.clone(),
+        WorkerOptions {
+            camera: cam,
+            system: Some(SYSTEM.into()),
+            budget,
+            slack: 0.25,
+            poll: Duration::from_millis(50),
+        },
+        outputs.clone(),
+    );
+    (w, memory, outputs)
+}
+
+fn quiet() -> NarrateConfig {
+    NarrateConfig {
+        triggers: NarrateTriggers::default(),
+        ..NarrateConfig::default()
+    }
+}
+
+#[test]
+fn memory_and_cache_stay_bounded_over_a_long_run() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 20, quiet(), 3000);
+    let mut scene = Scene::new();
+    let mut t = 0u64;
+    let mut max_positions = 0;
+    // 10 simulated minutes at 1 fps: motion for 5 s out of every 15, stillness otherwise.
+    while t < 600 {
+        let f = if t % 15 < 5 {
+            scene.moving(t, 1).remove(0)
+        } else {
+            scene.frame(t as f64, &[(0, 0, 28)])
+        };
+        w.step(&[f]);
+        let (frames, bytes) = memory.size();
+        assert!(frames <= 21, "memory holds {frames} frames at t={t}");
+        assert!(
+            bytes <= 21 * 84 * 64 * 4 + 21 * 84,
+            "memory holds {bytes} bytes"
+        );
+        let live = w.live().unwrap();
+        max_positions = max_positions.max(live.cache().len());
+        // Stale frames in the cache never exceed the slack: 25 % of 21 window frames.
+        assert!(
+            live.frames() <= 21 + 5,
+            "cache holds {} frames",
+            live.frames()
+        );
+        t += 1;
+    }
+    let stats = &memory.stats;
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(get(&stats.frames_encoded) + get(&stats.frames_reused), 600);
+    assert!(
+        get(&stats.frames_reused) > 300,
+        "static frames reuse features"
+    );
+    // Rebuilds happen once per ~slack of the window (5 frames), not per frame.
+    let rebuilds = get(&stats.rebuilds);
+    assert!((90..=130).contains(&rebuilds), "{rebuilds} rebuilds");
+    assert!(max_positions <= 3000);
+    assert_eq!(get(&stats.errors), 0);
+}
+
+#[test]
+fn the_context_budget_bounds_the_cache_by_rebuilding_with_the_newest_frames() {
+    let generator = engine_common::generator();
+    let (mut w, _, _) = watcher(&generator, 600, quiet(), 400);
+    let mut scene = Scene::new();
+    let mut rebuilt_to = Vec::new();
+    let mut rebuilds = 0;
+    for t in 0..40 {
+        let f = scene.frame(t as f64, &[(((t * 56) % 280) as usize, 0, 150)]);
+        w.step(&[f]);
+        let live = w.live().unwrap();
+        assert!(
+            live.cache().len() <= 400,
+            "cache {} > budget",
+            live.cache().len()
+        );
+        let (count, last) = live.rebuilds();
+        if count > rebuilds {
+            rebuilds = count;
+            if let Some((edgevlm::memory::RebuildReason::Budget, _)) = last {
+                rebuilt_to.push(live.cache().len());
+            }
+        }
+    }
+    assert!(!rebuilt_to.is_empty(), "the budget never forced a rebuild");
+    // A rebuild leaves a slack's worth of room (75 % of the budget).
+    assert!(rebuilt_to.iter().all(|n| *n <= 300), "{rebuilt_to:?}");
+}
+
+#[test]
+fn a_change_event_gives_one_narration_and_a_start_and_end_event() {
+    let generator = engine_common::generator();
+    let narrate = NarrateConfig {
+        triggers: NarrateTriggers {
+            change: true,
+            ..NarrateTriggers::default()
+        },
+        max_tokens: 6,
+        ..NarrateConfig::default()
+    };
+    let (mut w, _, outputs) = watcher(&generator, 60, narrate, 3000);
+    let mut narrations = outputs.narrations.subscribe();
+    let mut events = outputs.events.subscribe();
+    let mut scene = Scene::new();
+    let big = |t: u64| [((t as usize * 84) % 168, 0, 168)];
+    for t in 0..40u64 {
+        // Quiet, a big moving object for 6 s (twice), quiet again.
+        let f = if (10..16).contains(&t) || (25..31).contains(&t) {
+            scene.frame(t as f64, &big(t))
+        } else {
+            scene.frame(t as f64, &[])
+        };
+        w.step(&[f]);
+    }
+    let mut got = Vec::new();
+    while let Ok(n) = narrations.try_recv() {
+        got.push(n);
+    }
+    let mut ev = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        ev.push((e.kind, e.stream_secs));
+    }
+    assert_eq!(
+        ev.iter().map(|e| e.0).collect::<Vec<_>>(),
+        [
+            ChangeKind::Start,
+            ChangeKind::End,
+            ChangeKind::Start,
+            ChangeKind::End
+        ],
+        "{ev:?}"
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (n, start) in got.iter().zip([11.0, 26.0]) {
+        assert_eq!(n.trigger, Trigger::Change);
+        assert_eq!(n.camera, "cam");
+        assert_eq!(
+            n.stream_end_secs, start,
+            "narrated when the change was confirmed"
+        );
+        assert!(n.generated_tokens >= 1 && n.generated_tokens <= 6);
+        assert!(
+            n.frames as f64 >= start,
+            "the model saw the footage up to the change"
+        );
+        assert!(n.first_token_ms <= n.total_ms);
+    }
+    assert!(got[1].stream_start_secs > got[0].stream_end_secs);
+}
+
+fn service(generator: &Generator, budget: usize, cfg: QueryConfig, queue: usize) -> QueryService {
+    QueryService::new(
+        Ok(generator.clone()),
+        cfg,
+        AskLimits {
+            question_max_chars: 100,
+            max_tokens: 512,
+            queue,
+        },
+        Some(SYSTEM.into()),
+        budget,
+        0.25,
+    )
+}
+
+#[test]
+fn a_question_forks_the_live_cache_and_never_runs_the_vision_encoder() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 60, quiet(), 3000);
+    let mut scene = Scene::new();
+    w.step(&scene.moving(0, 30));
+    let svc = service(&generator, 3000, QueryConfig::default(), 4);
+    svc.set_camera(memory.clone());
+    let before = generator.engines().stats();
+
+    let mut streamed = String::new();
+    let mut req = AskRequest::new("cam", "What moved?");
+    req.max_tokens = Some(10);
+    let a = svc.answer(&req, &mut |d| streamed.push_str(d)).unwrap();
+    assert!(a.forked, "the whole window forks the live cache");
+    assert_eq!(a.frames, 30);
+    assert_eq!(a.window, (Duration::ZERO, Duration::from_secs(29)));
+    assert_eq!(streamed, a.text, "the deltas add up to the text");
+    assert!(a.generated_tokens >= 1 && a.first_token <= a.total);
+
+    // A short window is prefilled from memory: still no encoder run.
+    req.window = Some(Duration::from_secs(5));
+    let b = svc.answer(&req, &mut |_| {}).unwrap();
+    assert!(!b.forked);
+    assert_eq!(b.frames, 5);
+    assert_eq!(b.window, (Duration::from_secs(25), Duration::from_secs(29)));
+    assert!(b.prompt_tokens < a.prompt_tokens);
+
+    let after = generator.engines().stats();
+    assert_eq!(
+        after.vision_runs, before.vision_runs,
+        "a question ran the vision encoder"
+    );
+    assert_eq!(after.vision_frames, before.vision_frames);
+}
+
+#[test]
+fn a_forked_answer_equals_the_answer_from_a_full_prefill() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 60, quiet(), 3000);
+    let mut scene = Scene::new();
+    let frames = scene.moving(0, 6);
+    w.step(&frames);
+    let svc = service(&generator, 3000, QueryConfig::default(), 4);
+    svc.set_camera(memory.clone());
+    let mut req = AskRequest::new("cam", "What moved?");
+    req.max_tokens = Some(12);
+    let forked = svc.answer(&req, &mut |_| {}).unwrap();
+    assert!(forked.forked);
+    // A window one frame shorter than the footage misses the first frame and is built from memory.
+    let mem = memory.snapshot().frames;
+    let hidden = generator.engines().decoder().hidden();
+    let slots: Vec<FrameSlot> = mem
+        .iter()
+        .map(|f| FrameSlot {
+            time_secs: f.pts.as_secs_f64(),
+            kept: f.kept(),
+        })
+        .collect();
+    let full = render::videollama3_stream(&slots, &[], Some(SYSTEM)).unwrap();
+    let rows: Vec<&[f32]> = mem.iter().map(|f| &f.tokens[..]).collect();
+    let mut prompt = full.prompt(&rows, hidden).unwrap();
+    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    prompt.extend(ask.prompt(&[], hidden).unwrap());
+    let opts = GenerateOptions {
+        max_new_tokens: 12,
+        ..GenerateOptions::default()
+    };
+    let reference = generator
+        .generate(&generator.empty_cache().unwrap(), &prompt, &opts, |_| {})
+        .unwrap();
+    assert_eq!(forked.text, reference.text);
+    assert_eq!(forked.prompt_tokens, reference.prompt_tokens);
+}
+
+#[test]
+fn a_follow_up_continues_the_conversation_with_new_footage() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 60, quiet(), 3000);
+    let mut scene = Scene::new();
+    w.step(&scene.moving(0, 10));
+    let svc = service(&generator, 3000, QueryConfig::default(), 4);
+    svc.set_camera(memory.clone());
+    let mut req = AskRequest::new("cam", "What moved?");
+    req.max_tokens = Some(8);
+    req.conversation = Some("c1".into());
+    let first = svc.answer(&req, &mut |_| {}).unwrap();
+    assert_eq!(first.turn, 1);
+    assert_eq!(svc.conversation_count(), 1);
+
+    w.step(&scene.moving(10, 3));
+    req.question = "And then?".into();
+    let second = svc.answer(&req, &mut |_| {}).unwrap();
+    assert_eq!(second.turn, 2);
+    assert_eq!(second.frames, 13, "the three new frames were added");
+    assert_eq!(second.window, (Duration::ZERO, Duration::from_secs(12)));
+    // The second prompt holds the whole first exchange: it is longer than the first prompt plus
+    // the first answer.
+    assert!(
+        second.prompt_tokens > first.prompt_tokens + first.generated_tokens,
+        "{} vs {} + {}",
+        second.prompt_tokens,
+        first.prompt_tokens,
+        first.generated_tokens
+    );
+
+    // Another camera cannot continue it.
+    let other = Arc::new(CameraMemory::new("other", Duration::from_secs(60), 61));
+    svc.set_camera(other);
+    let mut wrong = req.clone();
+    wrong.camera = "other".into();
+    let e = svc.answer(&wrong, &mut |_| {}).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidField, "{e}");
+    assert!(e.message.contains("belongs to camera `cam`"), "{e}");
+}
+
+#[test]
+fn busy_and_invalid_questions_get_precise_errors() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 30, quiet(), 3000);
+    let svc = service(&generator, 3000, QueryConfig::default(), 1);
+    svc.set_camera(memory.clone());
+    let ask = |q: &str| AskRequest::new("cam", q);
+
+    // Before any frame: no_frames.
+    let e = svc.answer(&ask("What moved?"), &mut |_| {}).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoFrames, "{e}");
+    let mut scene = Scene::new();
+    w.step(&scene.moving(0, 3));
+
+    let cases: Vec<(AskRequest, ErrorCode, &str)> = vec![
+        (
+            AskRequest::new("nope", "x"),
+            ErrorCode::UnknownCamera,
+            "no camera `nope`",
+        ),
+        (ask("   "), ErrorCode::EmptyQuestion, "empty"),
+        (
+            ask(&"x".repeat(101)),
+            ErrorCode::QuestionTooLong,
+            "101 characters",
+        ),
+        (
+            AskRequest {
+                window: Some(Duration::from_secs(31)),
+                ..ask("x")
+            },
+            ErrorCode::WindowTooLong,
+            "keeps (30 s",
+        ),
+        (
+            AskRequest {
+                max_tokens: Some(513),
+                ..ask("x")
+            },
+            ErrorCode::InvalidField,
+            "between 1 and 512",
+        ),
+    ];
+    for (req, code, text) in cases {
+        let e = svc.answer(&req, &mut |_| {}).unwrap_err();
+        assert_eq!(e.code, code, "{e}");
+        assert!(e.message.contains(text), "{e:?} should mention {text:?}");
+    }
+
+    // Concurrency 1 + queue 1: two places; the third question is refused at once.
+    let a = svc.admit().unwrap();
+    let b = svc.admit().unwrap();
+    let e = svc.admit().unwrap_err();
+    assert_eq!(e.code, ErrorCode::Busy);
+    assert!(e.message.contains("query.concurrency = 1"), "{e}");
+    drop(a);
+    let c = svc.admit().expect("a freed place is reusable");
+    drop((b, c));
+
+    // No model: no_model with the reason.
+    let none = QueryService::new(
+        Err("engine.enabled = false".into()),
+        QueryConfig::default(),
+        AskLimits::default(),
+        None,
+        0,
+        0.25,
+    );
+    none.set_camera(memory);
+    let e = none.answer(&ask("What moved?"), &mut |_| {}).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoModel);
+    assert!(e.message.contains("engine.enabled = false"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admitted_questions_stream_through_the_async_interface() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 30, quiet(), 3000);
+    let mut scene = Scene::new();
+    w.step(&scene.moving(0, 5));
+    let svc = service(&generator, 3000, QueryConfig::default(), 0);
+    svc.set_camera(memory);
+    let admission = svc.admit().unwrap();
+    // While this one holds the only place, another is busy.
+    assert_eq!(svc.admit().unwrap_err().code, ErrorCode::Busy);
+    let mut req = AskRequest::new("cam", "What moved?");
+    req.max_tokens = Some(6);
+    let text = Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = text.clone();
+    let (_, result) = svc
+        .ask(admission, req, move |d: &str| {
+            sink.lock().unwrap().push_str(d)
+        })
+        .await;
+    let report = result.unwrap();
+    assert_eq!(*text.lock().unwrap(), report.text);
+    assert!(svc.admit().is_ok(), "the place is free after the answer");
+}
