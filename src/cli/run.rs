@@ -19,13 +19,21 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     let (reports_tx, reports_rx) =
         tokio::sync::watch::channel((Instant::now(), Arc::new(Vec::new())));
     let mqtt = start_mqtt(&config)?;
+    // Engines load after the endpoint starts (or never): once sent here, /metrics shows their
+    // counters.
+    let (engines_tx, engines_rx) = tokio::sync::watch::channel(None);
     if let Some(addr) = config.telemetry.metrics_listen {
         let listener = metrics::bind(addr)
             .await
             .with_context(|| format!("telemetry.metrics_listen: cannot listen on {addr}"))?;
         tracing::info!(address = %addr, "Serving Prometheus metrics on /metrics");
         let publisher = mqtt.as_ref().map(|(p, _)| p.clone());
-        tokio::spawn(metrics::serve(listener, views_rx.clone(), publisher));
+        tokio::spawn(metrics::serve(
+            listener,
+            views_rx.clone(),
+            publisher,
+            engines_rx,
+        ));
     }
     let control_socket = config.telemetry.control_socket.clone();
     if let Some(path) = &control_socket {
@@ -124,6 +132,8 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     if let Some(path) = control_socket {
         let _ = std::fs::remove_file(path);
     }
+    // Nothing loads engines in this loop yet; the sender is held for it until the run ends.
+    drop(engines_tx);
     Ok(())
 }
 
