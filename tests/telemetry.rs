@@ -1,6 +1,7 @@
 //! Telemetry of a running instance: the Prometheus endpoint and `edgevlm status`.
 
 mod common;
+mod engine_common;
 
 use common::{closed_port, edgevlm};
 use std::io::{Read, Write};
@@ -128,4 +129,43 @@ fn metrics_and_status_describe_the_running_cameras() {
         .unwrap();
     assert!(!after.status.success());
     assert!(String::from_utf8_lossy(&after.stderr).contains("no edgevlm answers"));
+}
+
+#[test]
+fn engine_counters_appear_on_metrics_once_the_engines_are_sent() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt
+        .block_on(edgevlm::telemetry::metrics::bind(
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (_views_tx, views_rx) = tokio::sync::watch::channel(Vec::new());
+    let (engines_tx, engines_rx) = tokio::sync::watch::channel(None);
+    rt.spawn(edgevlm::telemetry::metrics::serve(
+        listener, views_rx, None, engines_rx,
+    ));
+
+    let before = get(port, "/metrics");
+    assert!(before.starts_with("HTTP/1.0 200 OK"), "{before}");
+    assert!(!before.contains("edgevlm_engine_"), "{before}");
+
+    let engines = engine_common::tiny();
+    let frame = engine_common::frame(56, 56, 0);
+    engines.vision().encode(&[&frame], 56, 56).unwrap();
+    engines_tx.send(Some(engines)).unwrap();
+    let after = get(port, "/metrics");
+    assert_eq!(
+        metric(&after, "edgevlm_engine_runs_total{stage=\"vision\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&after, "edgevlm_engine_items_total{stage=\"vision\"}"),
+        1.0
+    );
+    assert!(metric(&after, "edgevlm_engine_seconds_total{stage=\"vision\"}") > 0.0);
+    assert_eq!(
+        metric(&after, "edgevlm_engine_runs_total{stage=\"decode\"}"),
+        0.0
+    );
 }

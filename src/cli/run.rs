@@ -25,6 +25,9 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
         None => (None, None),
     };
     let model = load_model(&config).await;
+    // Once sent here, /metrics shows the engines' counters.
+    let (engines_tx, engines_rx) =
+        tokio::sync::watch::channel(model.as_ref().ok().map(|(e, _)| e.clone()));
     let outputs = Outputs::new(mqtt.as_ref().map(|(p, _)| p.clone()));
     let mut watching = Watching::new(&config, model, outputs);
     watching.sync(&supervisor).await;
@@ -41,7 +44,12 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
             .with_context(|| format!("telemetry.metrics_listen: cannot listen on {addr}"))?;
         tracing::info!(address = %addr, "Serving Prometheus metrics on /metrics");
         let publisher = mqtt.as_ref().map(|(p, _)| p.clone());
-        tokio::spawn(metrics::serve(listener, views_rx.clone(), publisher));
+        tokio::spawn(metrics::serve(
+            listener,
+            views_rx.clone(),
+            publisher,
+            engines_rx,
+        ));
     }
     let control_socket = config.telemetry.control_socket.clone();
     if let Some(path) = &control_socket {
@@ -143,6 +151,8 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     if let Some(path) = control_socket {
         let _ = std::fs::remove_file(path);
     }
+    // Nothing loads engines in this loop yet; the sender is held for it until the run ends.
+    drop(engines_tx);
     Ok(())
 }
 

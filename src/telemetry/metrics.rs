@@ -3,10 +3,12 @@
 //! A few dozen lines of HTTP/1.0 on a tokio listener instead of an HTTP framework: one read-only
 //! page, no keep-alive, bounded request size and time, so a scraper cannot hold resources.
 
+use crate::engine::{EngineStatsSnapshot, Engines};
 use crate::publish::{PublishStats, Publisher};
 use crate::supervisor::{CameraState, CameraView};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -281,16 +283,64 @@ pub fn render_publish(p: &PublishStats) -> String {
     out
 }
 
+/// Renders the engines' work per stage (vision, embed, prefill, decode) since they loaded.
+pub fn render_engine(s: &EngineStatsSnapshot) -> String {
+    let stages = [
+        ("vision", s.vision_runs, s.vision_frames, s.vision_seconds),
+        ("embed", s.embed_runs, s.embed_tokens, s.embed_seconds),
+        (
+            "prefill",
+            s.prefill_runs,
+            s.prefill_tokens,
+            s.prefill_seconds,
+        ),
+        // A decode step is one run of one token: its items are its runs.
+        ("decode", s.decode_steps, s.decode_steps, s.decode_seconds),
+    ];
+    type Family = (&'static str, &'static str, fn(u64, u64, f64) -> f64);
+    let families: [Family; 3] = [
+        (
+            "edgevlm_engine_runs_total",
+            "Model runs per stage (vision: one per batch of frames).",
+            |runs, _, _| runs as f64,
+        ),
+        (
+            "edgevlm_engine_seconds_total",
+            "Time spent in model runs per stage.",
+            |_, _, secs| secs,
+        ),
+        (
+            "edgevlm_engine_items_total",
+            "Items run per stage: frames (vision), tokens (embed, prefill), steps (decode).",
+            |_, items, _| items as f64,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (stage, runs, items, secs) in stages {
+            let _ = writeln!(
+                out,
+                "{name}{{stage=\"{stage}\"}} {}",
+                value(runs, items, secs)
+            );
+        }
+    }
+    out
+}
+
 /// Binds the metrics listener (so a taken port is an error at startup, not later).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
 /// Serves `/metrics` from `views` until the listener fails; each client is handled on its own.
+/// Engine counters appear once `engines` holds loaded engines (they may load later, or never).
 pub async fn serve(
     listener: TcpListener,
     views: watch::Receiver<Vec<CameraView>>,
     publisher: Option<Publisher>,
+    engines: watch::Receiver<Option<Arc<Engines>>>,
 ) {
     loop {
         let (mut stream, _) = match listener.accept().await {
@@ -303,6 +353,7 @@ pub async fn serve(
         };
         let views = views.clone();
         let publisher = publisher.clone();
+        let engines = engines.clone();
         tokio::spawn(async move {
             let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await
             {
@@ -312,6 +363,10 @@ pub async fn serve(
                     let mut body = render(&views.borrow());
                     if let Some(p) = &publisher {
                         body.push_str(&render_publish(&p.stats()));
+                    }
+                    let engine_stats = engines.borrow().as_ref().map(|e| e.stats());
+                    if let Some(stats) = engine_stats {
+                        body.push_str(&render_engine(&stats));
                     }
                     format!(
                         "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -374,5 +429,112 @@ mod tests {
             text.contains("# TYPE edgevlm_mqtt_queries_busy_total counter"),
             "{text}"
         );
+    }
+
+    /// Every line is a comment or `name{labels} number`, each family has one HELP and one TYPE,
+    /// and every sample belongs to a family declared before it.
+    fn assert_prometheus_text(text: &str) {
+        let mut help = std::collections::HashSet::new();
+        let mut kinds = std::collections::HashMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap();
+                assert!(help.insert(name.to_string()), "second HELP for {name}");
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap_or_else(|| panic!("{line}"));
+                assert!(
+                    ["counter", "gauge", "histogram"].contains(&kind),
+                    "kind of `{line}`"
+                );
+                let again = kinds.insert(name.to_string(), kind.to_string());
+                assert!(again.is_none(), "second TYPE for {name}");
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
+            assert!(value.parse::<f64>().is_ok(), "value of `{line}`");
+            let (name, labels) = series.split_at(series.find('{').unwrap_or(series.len()));
+            assert!(
+                !name.is_empty()
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+                "name of `{line}`"
+            );
+            if !labels.is_empty() {
+                let inner = labels
+                    .strip_prefix('{')
+                    .and_then(|l| l.strip_suffix('}'))
+                    .unwrap_or_else(|| panic!("labels of `{line}`"));
+                for pair in inner.split(',') {
+                    let (k, v) = pair.split_once('=').unwrap_or_else(|| panic!("{line}"));
+                    assert!(!k.is_empty(), "label name in `{line}`");
+                    assert!(
+                        v.len() >= 2 && v.starts_with('"') && v.ends_with('"'),
+                        "label value in `{line}`"
+                    );
+                }
+            }
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|s| name.strip_suffix(s))
+                .find(|f| kinds.get(*f).is_some_and(|k| k == "histogram"))
+                .unwrap_or(name);
+            assert!(kinds.contains_key(family), "{name} has no TYPE before it");
+        }
+        assert_eq!(help.len(), kinds.len(), "HELP and TYPE differ");
+    }
+
+    #[test]
+    fn engine_stats_render_as_one_counter_family_each_labelled_by_stage() {
+        let stats = EngineStatsSnapshot {
+            vision_runs: 3,
+            vision_frames: 10,
+            vision_seconds: 0.5,
+            embed_runs: 4,
+            embed_tokens: 40,
+            embed_seconds: 0.25,
+            prefill_runs: 2,
+            prefill_tokens: 700,
+            prefill_seconds: 1.5,
+            decode_steps: 64,
+            decode_seconds: 3.0,
+        };
+        let text = render_engine(&stats);
+        assert_prometheus_text(&text);
+        for line in [
+            "# TYPE edgevlm_engine_runs_total counter",
+            "# TYPE edgevlm_engine_seconds_total counter",
+            "# TYPE edgevlm_engine_items_total counter",
+            "edgevlm_engine_runs_total{stage=\"vision\"} 3",
+            "edgevlm_engine_runs_total{stage=\"embed\"} 4",
+            "edgevlm_engine_runs_total{stage=\"prefill\"} 2",
+            "edgevlm_engine_runs_total{stage=\"decode\"} 64",
+            "edgevlm_engine_seconds_total{stage=\"vision\"} 0.5",
+            "edgevlm_engine_seconds_total{stage=\"embed\"} 0.25",
+            "edgevlm_engine_seconds_total{stage=\"prefill\"} 1.5",
+            "edgevlm_engine_seconds_total{stage=\"decode\"} 3",
+            "edgevlm_engine_items_total{stage=\"vision\"} 10",
+            "edgevlm_engine_items_total{stage=\"embed\"} 40",
+            "edgevlm_engine_items_total{stage=\"prefill\"} 700",
+            "edgevlm_engine_items_total{stage=\"decode\"} 64",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+        assert_eq!(text.lines().count(), 3 * (2 + 4));
+    }
+
+    #[test]
+    fn the_other_pages_and_histograms_pass_the_same_format_check() {
+        assert_prometheus_text(&render(&[]));
+        assert_prometheus_text(&render_publish(&PublishStats::default()));
+        let h = crate::telemetry::Histogram::latency();
+        h.observe(Duration::from_millis(30));
+        let mut text = String::from("# HELP h_seconds Test.\n# TYPE h_seconds histogram\n");
+        crate::telemetry::write_histogram(&mut text, "h_seconds", "camera=\"a\"", &h.snapshot());
+        crate::telemetry::write_histogram(&mut text, "h_seconds", "", &h.snapshot());
+        assert_prometheus_text(&text);
     }
 }
