@@ -142,9 +142,9 @@ fn engine_counters_appear_on_metrics_once_the_engines_are_sent() {
     let port = listener.local_addr().unwrap().port();
     let (_views_tx, views_rx) = tokio::sync::watch::channel(Vec::new());
     let (engines_tx, engines_rx) = tokio::sync::watch::channel(None);
-    rt.spawn(edgevlm::telemetry::metrics::serve(
-        listener, views_rx, None, engines_rx,
-    ));
+    let mut sources = edgevlm::telemetry::metrics::Sources::cameras(views_rx);
+    sources.engines = engines_rx;
+    rt.spawn(edgevlm::telemetry::metrics::serve(listener, sources));
 
     let before = get(port, "/metrics");
     assert!(before.starts_with("HTTP/1.0 200 OK"), "{before}");

@@ -31,6 +31,7 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     let outputs = Outputs::new(mqtt.as_ref().map(|(p, _)| p.clone()));
     let mut watching = Watching::new(&config, model, outputs);
     watching.sync(&supervisor).await;
+    let (memories_tx, memories_rx) = tokio::sync::watch::channel(watching.memories());
     if let (Some(questions), Some((publisher, _))) = (questions, &mqtt) {
         tokio::spawn(edgevlm::query::serve_mqtt(
             watching.service().clone(),
@@ -46,9 +47,12 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
         let publisher = mqtt.as_ref().map(|(p, _)| p.clone());
         tokio::spawn(metrics::serve(
             listener,
-            views_rx.clone(),
-            publisher,
-            engines_rx,
+            metrics::Sources {
+                views: views_rx.clone(),
+                publisher,
+                engines: engines_rx,
+                memories: memories_rx.clone(),
+            },
         ));
     }
     let control_socket = config.telemetry.control_socket.clone();
@@ -91,6 +95,7 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                     systemd.reloading();
                     let s = supervisor.reload(&new, STOP_BOUND).await;
                     watching.sync(&supervisor).await;
+                    let _ = memories_tx.send(watching.memories());
                     if let Some((publisher, _)) = &mqtt {
                         // [mqtt] itself is read at start only; cameras follow reloads.
                         publisher.set_cameras(CameraDirectory::from_config(&new));
@@ -125,7 +130,10 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 for cam in supervisor.cameras() {
                     let meter = meters.entry(cam.id().to_string()).or_default();
                     let r = CameraReport::collect(cam, meter);
-                    tracing::info!(target: "status", "{}", r.line());
+                    match watching.memory(cam.id()) {
+                        Some(m) => tracing::info!(target: "status", "{} | {}", r.line(), memory_line(m)),
+                        None => tracing::info!(target: "status", "{}", r.line()),
+                    }
                     if let Some((publisher, _)) = &mqtt {
                         publisher.status(&r);
                     }
@@ -212,6 +220,30 @@ pub(crate) fn start_mqtt(config: &Config) -> anyhow::Result<Option<Mqtt>> {
         StartOptions::default(),
     );
     Ok(Some((publisher, queries, connection)))
+}
+
+/// The memory part of a camera's status line.
+fn memory_line(m: &edgevlm::memory::CameraMemory) -> String {
+    use edgevlm::memory::WatchStats;
+    let s = &m.stats;
+    let (frames, bytes) = m.size();
+    let mut line = format!(
+        "memory {frames} frames ({:.1} MiB), cache {} positions, {} rebuilds | narrations {}",
+        bytes as f64 / (1 << 20) as f64,
+        WatchStats::get(&s.cache_positions),
+        WatchStats::get(&s.rebuilds),
+        WatchStats::get(&s.narrations),
+    );
+    let skipped = WatchStats::get(&s.narrations_skipped);
+    if skipped > 0 {
+        line.push_str(&format!(" ({skipped} skipped: behind)"));
+    }
+    line.push_str(&format!(" | answers {}", WatchStats::get(&s.answers)));
+    let errors = WatchStats::get(&s.errors) + WatchStats::get(&s.narration_errors);
+    if errors > 0 {
+        line.push_str(&format!(" | {errors} errors (see log)"));
+    }
+    line
 }
 
 /// One status line for the MQTT side.

@@ -118,6 +118,13 @@ impl Watching {
         self.memories.get(camera)
     }
 
+    /// Every camera's memory, sorted by camera id (for `/metrics`).
+    pub(crate) fn memories(&self) -> Vec<Arc<CameraMemory>> {
+        let mut v: Vec<Arc<CameraMemory>> = self.memories.values().cloned().collect();
+        v.sort_by(|a, b| a.camera.cmp(&b.camera));
+        v
+    }
+
     /// Starts, restarts or stops memory workers so that each running camera has one on its
     /// current window.
     pub(crate) async fn sync(&mut self, supervisor: &Supervisor) {

@@ -250,3 +250,57 @@ pub(super) fn decode_query(t: &toml::Table, sink: &mut Sink) -> QueryConfig {
         conversation_ttl: Duration::try_from_secs_f64(ttl).unwrap_or(d.conversation_ttl),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use std::time::Duration;
+
+    fn errors(text: &str) -> Vec<String> {
+        match Config::parse(text, None) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    const CAM: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
+
+    #[test]
+    fn narration_keys_decode_and_default_to_change_only() {
+        let c = Config::parse(CAM, None).unwrap();
+        let n = &c.cameras[0].narrate;
+        assert!(n.triggers.change && !n.triggers.model && !n.triggers.interval);
+        let c = Config::parse(
+            &format!("{CAM}narrate = [\"model\", \"interval\"]\nnarrate_interval_secs = 12\n"),
+            None,
+        )
+        .unwrap();
+        let n = &c.cameras[0].narrate;
+        assert!(n.triggers.model && n.triggers.interval && !n.triggers.change);
+        assert_eq!(n.interval, Duration::from_secs(12));
+        let c = Config::parse(&format!("{CAM}narrate = []\n"), None).unwrap();
+        assert!(!c.cameras[0].narrate.triggers.any());
+    }
+
+    #[test]
+    fn watching_problems_are_reported_with_their_paths() {
+        let errs = errors(&format!(
+            "[memory]\nrebuild_slack = 2\n[query]\nconcurrency = 0\nmax_token = 3\n{CAM}\
+             narrate = [\"speech\"]\nchange_start_ratio = 0.1\nchange_end_ratio = 0.3\n\
+             narrate_prompt = \" \"\n"
+        ));
+        for e in [
+            "memory.rebuild_slack: must be between 0 and 1, got 2",
+            "query.concurrency: must be between 1 and 64, got 0",
+            "query.max_token: unknown key; did you mean `max_tokens`?",
+            "cameras[0].narrate: unknown trigger `speech`",
+            "cameras[0].change_end_ratio: must be below change_start_ratio (0.1)",
+            "cameras[0].narrate_prompt: must not be empty",
+        ] {
+            assert!(
+                errs.iter().any(|x| x.starts_with(e)),
+                "missing {e:?} in {errs:#?}"
+            );
+        }
+    }
+}

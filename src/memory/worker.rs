@@ -311,7 +311,7 @@ impl Watcher {
 
         let t0 = Instant::now();
         let model = self.opts.camera.narrate.triggers.model;
-        let special = self.generator.engines().manifest().special_tokens.clone();
+        let special = self.generator.engines().manifest().special_tokens;
         // With the model trigger each frame needs its own logits; otherwise one prefill per chunk.
         let groups: Vec<&[Arc<MemoryFrame>]> = if model {
             encoded.chunks(1).collect()

@@ -3,7 +3,9 @@
 //! A few dozen lines of HTTP/1.0 on a tokio listener instead of an HTTP framework: one read-only
 //! page, no keep-alive, bounded request size and time, so a scraper cannot hold resources.
 
+use super::histogram::{Histogram, write_histogram};
 use crate::engine::{EngineStatsSnapshot, Engines};
+use crate::memory::{CameraMemory, WatchStats};
 use crate::publish::{PublishStats, Publisher};
 use crate::supervisor::{CameraState, CameraView};
 use std::fmt::Write as _;
@@ -334,14 +336,187 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Serves `/metrics` from `views` until the listener fails; each client is handled on its own.
-/// Engine counters appear once `engines` holds loaded engines (they may load later, or never).
-pub async fn serve(
-    listener: TcpListener,
-    views: watch::Receiver<Vec<CameraView>>,
-    publisher: Option<Publisher>,
-    engines: watch::Receiver<Option<Arc<Engines>>>,
-) {
+/// What `/metrics` reads; each part may change while serving (reloads, engines loading later).
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// The cameras.
+    pub views: watch::Receiver<Vec<CameraView>>,
+    /// The MQTT publisher, when MQTT is on.
+    pub publisher: Option<Publisher>,
+    /// The engines, once loaded (they may load later, or never).
+    pub engines: watch::Receiver<Option<Arc<Engines>>>,
+    /// Each camera's memory, narration and answer statistics.
+    pub memories: watch::Receiver<Vec<Arc<CameraMemory>>>,
+}
+
+impl Sources {
+    /// Sources with only cameras (no MQTT, no engines, no memories).
+    pub fn cameras(views: watch::Receiver<Vec<CameraView>>) -> Sources {
+        Sources {
+            views,
+            publisher: None,
+            engines: watch::channel(None).1,
+            memories: watch::channel(Vec::new()).1,
+        }
+    }
+
+    /// The whole page.
+    pub fn render(&self) -> String {
+        let mut body = render(&self.views.borrow());
+        if let Some(p) = &self.publisher {
+            body.push_str(&render_publish(&p.stats()));
+        }
+        let engine_stats = self.engines.borrow().as_ref().map(|e| e.stats());
+        if let Some(stats) = engine_stats {
+            body.push_str(&render_engine(&stats));
+        }
+        body.push_str(&render_watch(&self.memories.borrow()));
+        body
+    }
+}
+
+/// Renders each camera's memory, narration and answer counters and latency histograms.
+pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
+    use std::sync::atomic::AtomicU64;
+    let mut out = String::new();
+    if memories.is_empty() {
+        return out;
+    }
+    type Counter = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&WatchStats) -> &AtomicU64,
+    );
+    let counters: [Counter; 13] = [
+        (
+            "edgevlm_memory_frames_encoded_total",
+            "counter",
+            "Frames run through the vision encoder.",
+            |s| &s.frames_encoded,
+        ),
+        (
+            "edgevlm_memory_frames_reused_total",
+            "counter",
+            "Frames whose features were reused from the identical previous frame.",
+            |s| &s.frames_reused,
+        ),
+        (
+            "edgevlm_memory_frames_missed_total",
+            "counter",
+            "Sampled frames that left the window before the memory encoded them.",
+            |s| &s.frames_missed,
+        ),
+        (
+            "edgevlm_memory_errors_total",
+            "counter",
+            "Encoder or prefill failures in the memory worker.",
+            |s| &s.errors,
+        ),
+        (
+            "edgevlm_memory_cache_rebuilds_total",
+            "counter",
+            "Live KV cache rebuilds from memory.",
+            |s| &s.rebuilds,
+        ),
+        (
+            "edgevlm_memory_frames",
+            "gauge",
+            "Encoded frames held in memory.",
+            |s| &s.memory_frames,
+        ),
+        (
+            "edgevlm_memory_bytes",
+            "gauge",
+            "Bytes of visual features held in memory.",
+            |s| &s.memory_bytes,
+        ),
+        (
+            "edgevlm_memory_cache_positions",
+            "gauge",
+            "Positions in the live KV cache.",
+            |s| &s.cache_positions,
+        ),
+        (
+            "edgevlm_narrations_total",
+            "counter",
+            "Narrations published.",
+            |s| &s.narrations,
+        ),
+        (
+            "edgevlm_narrations_skipped_total",
+            "counter",
+            "Narrations triggered while generation was behind, skipped.",
+            |s| &s.narrations_skipped,
+        ),
+        (
+            "edgevlm_narration_errors_total",
+            "counter",
+            "Narrations that failed while generating.",
+            |s| &s.narration_errors,
+        ),
+        (
+            "edgevlm_answers_total",
+            "counter",
+            "Questions answered.",
+            |s| &s.answers,
+        ),
+        (
+            "edgevlm_answer_errors_total",
+            "counter",
+            "Questions that failed while generating.",
+            |s| &s.answer_errors,
+        ),
+    ];
+    for (name, kind, help, get) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for m in memories {
+            let v = WatchStats::get(get(&m.stats));
+            let _ = writeln!(out, "{name}{{camera=\"{}\"}} {v}", m.camera);
+        }
+    }
+    type Hist = (&'static str, &'static str, fn(&WatchStats) -> &Histogram);
+    let histograms: [Hist; 5] = [
+        (
+            "edgevlm_narration_first_token_seconds",
+            "Time from a narration's trigger to its first token.",
+            |s| &s.narration_first_token,
+        ),
+        (
+            "edgevlm_narration_seconds",
+            "Time from a narration's trigger to its last token.",
+            |s| &s.narration_total,
+        ),
+        (
+            "edgevlm_answer_first_token_seconds",
+            "Time from receiving a question to its first token.",
+            |s| &s.answer_first_token,
+        ),
+        (
+            "edgevlm_answer_seconds",
+            "Time from receiving a question to its last token.",
+            |s| &s.answer_total,
+        ),
+        (
+            "edgevlm_memory_append_seconds",
+            "Time to append a round of new frames to the live cache.",
+            |s| &s.append,
+        ),
+    ];
+    for (name, help, get) in histograms {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for m in memories {
+            let labels = format!("camera=\"{}\"", m.camera);
+            write_histogram(&mut out, name, &labels, &get(&m.stats).snapshot());
+        }
+    }
+    out
+}
+
+/// Serves `/metrics` from `sources` until the listener fails; each client is handled on its own.
+pub async fn serve(listener: TcpListener, sources: Sources) {
     loop {
         let (mut stream, _) = match listener.accept().await {
             Ok(c) => c,
@@ -351,23 +526,14 @@ pub async fn serve(
                 continue;
             }
         };
-        let views = views.clone();
-        let publisher = publisher.clone();
-        let engines = engines.clone();
+        let sources = sources.clone();
         tokio::spawn(async move {
             let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await
             {
                 Ok(Some(head))
                     if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") =>
                 {
-                    let mut body = render(&views.borrow());
-                    if let Some(p) = &publisher {
-                        body.push_str(&render_publish(&p.stats()));
-                    }
-                    let engine_stats = engines.borrow().as_ref().map(|e| e.stats());
-                    if let Some(stats) = engine_stats {
-                        body.push_str(&render_engine(&stats));
-                    }
+                    let body = sources.render();
                     format!(
                         "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                         body.len()
@@ -536,5 +702,42 @@ mod tests {
         crate::telemetry::write_histogram(&mut text, "h_seconds", "camera=\"a\"", &h.snapshot());
         crate::telemetry::write_histogram(&mut text, "h_seconds", "", &h.snapshot());
         assert_prometheus_text(&text);
+    }
+
+    #[test]
+    fn watch_stats_render_per_camera_with_latency_histograms() {
+        let a = Arc::new(CameraMemory::new("door", Duration::from_secs(60), 61));
+        let b = Arc::new(CameraMemory::new("yard", Duration::from_secs(60), 61));
+        WatchStats::bump(&a.stats.narrations);
+        WatchStats::bump(&a.stats.narrations);
+        a.stats
+            .narration_first_token
+            .observe(Duration::from_millis(40));
+        b.stats.answer_total.observe(Duration::from_millis(700));
+        let text = render_watch(&[a, b]);
+        assert_prometheus_text(&text);
+        assert!(
+            text.contains("\nedgevlm_narrations_total{camera=\"door\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nedgevlm_narrations_total{camera=\"yard\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "edgevlm_narration_first_token_seconds_bucket{camera=\"door\",le=\"0.05\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("edgevlm_answer_seconds_bucket{camera=\"yard\",le=\"0.5\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("edgevlm_answer_seconds_count{camera=\"yard\"} 1"),
+            "{text}"
+        );
+        assert!(render_watch(&[]).is_empty());
     }
 }
