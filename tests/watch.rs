@@ -650,3 +650,59 @@ async fn admitted_questions_stream_through_the_async_interface() {
     assert_eq!(*text.lock().unwrap(), report.text);
     assert!(svc.admit().is_ok(), "the place is free after the answer");
 }
+
+#[test]
+fn the_model_trigger_reads_the_speak_signal_from_the_live_cache() {
+    let generator = engine_common::generator();
+    let speak_when = |threshold: f64| NarrateConfig {
+        triggers: NarrateTriggers { model: true, ..NarrateTriggers::default() },
+        speak_threshold: threshold,
+        cooldown: Duration::from_secs(4),
+        max_tokens: 3,
+        ..NarrateConfig::default()
+    };
+    // Threshold 0: any speak probability above 0 speaks, limited by the 4 s cooldown.
+    let (mut w, _, outputs) = watcher(&generator, 60, speak_when(0.0), 3000);
+    let mut rx = outputs.narrations.subscribe();
+    let mut scene = Scene::new();
+    for f in scene.moving(0, 10) {
+        w.step(&[f]);
+    }
+    let mut ends = Vec::new();
+    while let Ok(n) = rx.try_recv() {
+        assert_eq!(n.trigger, Trigger::Model);
+        ends.push(n.stream_end_secs);
+    }
+    assert_eq!(ends, [0.0, 4.0, 8.0]);
+    // Threshold 1: the model never passes it.
+    let (mut w, _, outputs) = watcher(&generator, 60, speak_when(1.0), 3000);
+    let mut rx = outputs.narrations.subscribe();
+    let mut scene = Scene::new();
+    for f in scene.moving(0, 10) {
+        w.step(&[f]);
+    }
+    assert!(rx.try_recv().is_err());
+}
+
+#[test]
+fn conversations_are_bounded_in_number() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 60, quiet(), 3000);
+    let mut scene = Scene::new();
+    w.step(&scene.moving(0, 4));
+    let cfg = QueryConfig {
+        conversations: 2,
+        ..QueryConfig::default()
+    };
+    let svc = service(&generator, 3000, cfg, 4);
+    svc.set_camera(memory);
+    for c in ["a", "b", "c", "a"] {
+        let mut req = AskRequest::new("cam", "What moved?");
+        req.max_tokens = Some(2);
+        req.conversation = Some(c.into());
+        let r = svc.answer(&req, &mut |_| {}).unwrap();
+        // "a" was forgotten (least recently used) when "c" arrived: it starts over.
+        assert_eq!(r.turn, 1, "conversation {c}");
+        assert!(svc.conversation_count() <= 2);
+    }
+}
