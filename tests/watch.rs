@@ -655,7 +655,10 @@ async fn admitted_questions_stream_through_the_async_interface() {
 fn the_model_trigger_reads_the_speak_signal_from_the_live_cache() {
     let generator = engine_common::generator();
     let speak_when = |threshold: f64| NarrateConfig {
-        triggers: NarrateTriggers { model: true, ..NarrateTriggers::default() },
+        triggers: NarrateTriggers {
+            model: true,
+            ..NarrateTriggers::default()
+        },
         speak_threshold: threshold,
         cooldown: Duration::from_secs(4),
         max_tokens: 3,

@@ -31,6 +31,9 @@ pub(crate) struct AskArgs {
     /// Query id (default: a fresh one).
     #[arg(long)]
     pub(crate) id: Option<String>,
+    /// Conversation id: asking again with the same id continues the conversation.
+    #[arg(long)]
+    pub(crate) conversation: Option<String>,
     /// Broker user name.
     #[arg(long)]
     pub(crate) username: Option<String>,
@@ -43,6 +46,12 @@ pub(crate) struct AskArgs {
     /// CA certificates (PEM) for an mqtts:// broker (default: the system's).
     #[arg(long)]
     pub(crate) ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM), for a broker that requires one.
+    #[arg(long, requires = "key_file")]
+    pub(crate) cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "cert_file")]
+    pub(crate) key_file: Option<PathBuf>,
     /// Print the final answer (or the error reply) as one JSON line instead of the text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -85,6 +94,13 @@ pub(crate) fn ask(a: AskArgs) -> ExitCode {
     {
         return usage("--id must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`".into());
     }
+    if let Some(c) = &a.conversation
+        && !edgevlm::publish::query::valid_id(c)
+    {
+        return usage(
+            "--conversation must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`".into(),
+        );
+    }
     let password = a.password();
     let cfg = MqttConfig {
         broker,
@@ -93,7 +109,8 @@ pub(crate) fn ask(a: AskArgs) -> ExitCode {
             .map(|username| CredentialSource { username, password }),
         tls: TlsFiles {
             ca_file: a.ca_file,
-            ..Default::default()
+            client_cert_file: a.cert_file,
+            client_key_file: a.key_file,
         },
         ..Default::default()
     };
@@ -108,6 +125,7 @@ pub(crate) fn ask(a: AskArgs) -> ExitCode {
         question: a.question,
         window_secs: a.window_secs,
         max_tokens: a.max_tokens,
+        conversation: a.conversation,
         timeout,
         id: a.id,
     };

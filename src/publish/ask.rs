@@ -25,6 +25,8 @@ pub struct AskOptions {
     pub window_secs: Option<f64>,
     /// Most tokens to generate.
     pub max_tokens: Option<u32>,
+    /// Conversation id: a follow-up with the same id continues from the previous answer.
+    pub conversation: Option<String>,
     /// Give up after this long without the final message.
     pub timeout: Duration,
     /// Query id; `None`: a fresh one.
@@ -93,6 +95,9 @@ pub async fn ask(
     }
     if let Some(m) = options.max_tokens {
         query["max_tokens"] = serde_json::json!(m);
+    }
+    if let Some(c) = &options.conversation {
+        query["conversation"] = serde_json::json!(c);
     }
     let deadline = Instant::now() + options.timeout;
     let mut subscribed = false;
