@@ -115,6 +115,11 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                     kept_ratio: 0.0,
                     prune_threshold: None,
                     counters: CounterSnapshot::default(),
+                    memory: Some(edgevlm::memory::MemoryReport {
+                        narration_first_token_p50_ms: Some(0.0),
+                        answer_first_token_p50_ms: Some(0.0),
+                        ..Default::default()
+                    }),
                 };
                 let code = serde_json::to_value(StatusMessage {
                     report: &report,

@@ -88,6 +88,7 @@ fn report(camera: &str) -> CameraReport {
         kept_ratio: 0.4,
         prune_threshold: Some(0.1),
         counters: CounterSnapshot::default(),
+        memory: None,
     }
 }
 

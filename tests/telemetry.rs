@@ -65,6 +65,16 @@ fn metrics_and_status_describe_the_running_cameras() {
         0.0
     );
     assert!(get(port, "/other").starts_with("HTTP/1.0 404"));
+    // The model runs: the yard's frames are in its memory, through the vision encoder.
+    let yard = |name: &str| metric(&second, &format!("{name}{{camera=\"yard\"}}"));
+    assert!(
+        yard("edgevlm_memory_frames_encoded_total") + yard("edgevlm_memory_frames_reused_total")
+            >= 1.0,
+        "{second}"
+    );
+    assert!(yard("edgevlm_memory_frames") >= 1.0, "{second}");
+    assert!(metric(&second, "edgevlm_engine_runs_total{stage=\"vision\"}") >= 1.0);
+    assert!(second.contains("# TYPE edgevlm_answer_first_token_seconds histogram"));
 
     let status = edgevlm()
         .args(["status", "-c", cfg.to_str().unwrap()])
@@ -81,6 +91,11 @@ fn metrics_and_status_describe_the_running_cameras() {
         .find(|l| l.starts_with("yard"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(yard.contains("running"), "{yard}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("memory ") && !l.contains("memory 0 frames")),
+        "no memory line for the cameras: {text}"
+    );
     let gone = text
         .lines()
         .find(|l| l.starts_with("gone"))

@@ -129,11 +129,9 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 let mut reports = Vec::with_capacity(supervisor.cameras().len());
                 for cam in supervisor.cameras() {
                     let meter = meters.entry(cam.id().to_string()).or_default();
-                    let r = CameraReport::collect(cam, meter);
-                    match watching.memory(cam.id()) {
-                        Some(m) => tracing::info!(target: "status", "{} | {}", r.line(), memory_line(m)),
-                        None => tracing::info!(target: "status", "{}", r.line()),
-                    }
+                    let mut r = CameraReport::collect(cam, meter);
+                    r.memory = watching.memory(cam.id()).map(|m| m.report());
+                    tracing::info!(target: "status", "{}", r.line());
                     if let Some((publisher, _)) = &mqtt {
                         publisher.status(&r);
                     }
@@ -220,30 +218,6 @@ pub(crate) fn start_mqtt(config: &Config) -> anyhow::Result<Option<Mqtt>> {
         StartOptions::default(),
     );
     Ok(Some((publisher, queries, connection)))
-}
-
-/// The memory part of a camera's status line.
-fn memory_line(m: &edgevlm::memory::CameraMemory) -> String {
-    use edgevlm::memory::WatchStats;
-    let s = &m.stats;
-    let (frames, bytes) = m.size();
-    let mut line = format!(
-        "memory {frames} frames ({:.1} MiB), cache {} positions, {} rebuilds | narrations {}",
-        bytes as f64 / (1 << 20) as f64,
-        WatchStats::get(&s.cache_positions),
-        WatchStats::get(&s.rebuilds),
-        WatchStats::get(&s.narrations),
-    );
-    let skipped = WatchStats::get(&s.narrations_skipped);
-    if skipped > 0 {
-        line.push_str(&format!(" ({skipped} skipped: behind)"));
-    }
-    line.push_str(&format!(" | answers {}", WatchStats::get(&s.answers)));
-    let errors = WatchStats::get(&s.errors) + WatchStats::get(&s.narration_errors);
-    if errors > 0 {
-        line.push_str(&format!(" | {errors} errors (see log)"));
-    }
-    line
 }
 
 /// One status line for the MQTT side.

@@ -38,6 +38,28 @@ pub(crate) async fn status(socket: PathBuf, json: bool) -> anyhow::Result<()> {
             c["counters"]["restarts"].as_u64().unwrap_or(0),
             s("reason"),
         );
+        let m = &c["memory"];
+        if m.is_object() {
+            let n = |k: &str| m[k].as_u64().unwrap_or(0);
+            let ms = |k: &str| {
+                m[k].as_f64()
+                    .map(|v| format!("{v:.0} ms"))
+                    .unwrap_or_else(|| "-".into())
+            };
+            println!(
+                "{:<16} memory {} frames, cache {} positions ({} rebuilds) | narrations {} ({} skipped), first token {} | answers {}, first token {} | errors {}",
+                "",
+                n("frames"),
+                n("cache_positions"),
+                n("rebuilds"),
+                n("narrations"),
+                n("narrations_skipped"),
+                ms("narration_first_token_p50_ms"),
+                n("answers"),
+                ms("answer_first_token_p50_ms"),
+                n("errors"),
+            );
+        }
     }
     Ok(())
 }

@@ -229,6 +229,60 @@ impl WatchStats {
     }
 }
 
+/// A camera's memory, narrations and answers at one moment (status topic, `edgevlm status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryReport {
+    /// Encoded frames held.
+    pub frames: u64,
+    /// Bytes of visual features held.
+    pub bytes: u64,
+    /// Positions in the live KV cache.
+    pub cache_positions: u64,
+    /// Live cache rebuilds from memory.
+    pub rebuilds: u64,
+    /// Frames run through the vision encoder.
+    pub frames_encoded: u64,
+    /// Frames that reused the previous frame's features.
+    pub frames_reused: u64,
+    /// Frames that left the window before they could be encoded.
+    pub frames_missed: u64,
+    /// Narrations published.
+    pub narrations: u64,
+    /// Narrations skipped because generation was behind.
+    pub narrations_skipped: u64,
+    /// Questions answered.
+    pub answers: u64,
+    /// Failures (encoder, prefill, narration, answer); see the log.
+    pub errors: u64,
+    /// Median time to a narration's first token, in milliseconds (histogram bucket bound).
+    pub narration_first_token_p50_ms: Option<f64>,
+    /// Median time to an answer's first token, in milliseconds (histogram bucket bound).
+    pub answer_first_token_p50_ms: Option<f64>,
+}
+
+impl MemoryReport {
+    /// The memory part of a status line.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "memory {} frames ({:.1} MiB), cache {} positions, {} rebuilds | narrations {}",
+            self.frames,
+            self.bytes as f64 / (1u64 << 20) as f64,
+            self.cache_positions,
+            self.rebuilds,
+            self.narrations,
+        );
+        if self.narrations_skipped > 0 {
+            line.push_str(&format!(" ({} skipped: behind)", self.narrations_skipped));
+        }
+        line.push_str(&format!(" | answers {}", self.answers));
+        if self.errors > 0 {
+            line.push_str(&format!(" | {} errors (see log)", self.errors));
+        }
+        line
+    }
+}
+
 /// One camera's memory and live cache as shared between its worker and the question stage.
 #[derive(Debug)]
 pub struct CameraMemory {
@@ -316,6 +370,29 @@ impl CameraMemory {
     pub fn size(&self) -> (usize, usize) {
         let s = self.lock();
         (s.memory.len(), s.memory.bytes())
+    }
+
+    /// The counters as a report.
+    pub fn report(&self) -> MemoryReport {
+        let s = &self.stats;
+        let get = WatchStats::get;
+        let (frames, bytes) = self.size();
+        let p50 = |h: &Histogram| h.snapshot().quantile(0.5).map(|q| q * 1e3);
+        MemoryReport {
+            frames: frames as u64,
+            bytes: bytes as u64,
+            cache_positions: get(&s.cache_positions),
+            rebuilds: get(&s.rebuilds),
+            frames_encoded: get(&s.frames_encoded),
+            frames_reused: get(&s.frames_reused),
+            frames_missed: get(&s.frames_missed),
+            narrations: get(&s.narrations),
+            narrations_skipped: get(&s.narrations_skipped),
+            answers: get(&s.answers),
+            errors: get(&s.errors) + get(&s.narration_errors) + get(&s.answer_errors),
+            narration_first_token_p50_ms: p50(&s.narration_first_token),
+            answer_first_token_p50_ms: p50(&s.answer_first_token),
+        }
     }
 
     /// Drops every frame and the live cache.

@@ -70,6 +70,8 @@ pub struct CameraReport {
     pub prune_threshold: Option<f32>,
     /// Cumulative counters.
     pub counters: CounterSnapshot,
+    /// Memory, narrations and answers (`null` when no model is loaded).
+    pub memory: Option<crate::memory::MemoryReport>,
 }
 
 impl CameraReport {
@@ -107,6 +109,7 @@ impl CameraReport {
             kept_ratio: counters.kept_ratio(),
             prune_threshold: handle.shared.counters.prune_threshold(),
             counters,
+            memory: None,
         }
     }
 
@@ -128,6 +131,10 @@ impl CameraReport {
             self.prune_mode,
             self.counters.restarts,
         );
+        if let Some(m) = &self.memory {
+            s.push_str(" | ");
+            s.push_str(&m.line());
+        }
         if let Some(r) = &self.reason {
             s.push_str(&format!(" | last: {r}"));
         }
