@@ -220,6 +220,10 @@ async fn stop_all(workers: Vec<MemoryWorker>, bound: Duration) {
     if workers.is_empty() {
         return;
     }
+    // Every worker is told first, so their narrations end together, then each is waited for.
+    for w in &workers {
+        w.request_stop();
+    }
     let _ = tokio::task::spawn_blocking(move || {
         for w in workers {
             let id = w.memory().camera.clone();

@@ -105,8 +105,12 @@ impl MemoryWorker {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
-    /// Asks the worker to stop (a narration in progress ends at its next token) and waits at most
-    /// `bound`; returns whether it stopped in time.
+    /// Asks the worker to stop without waiting (a narration in progress ends at its next token).
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Asks the worker to stop and waits at most `bound`; returns whether it stopped in time.
     pub fn stop(mut self, bound: Duration) -> bool {
         self.stop.store(true, Ordering::Relaxed);
         let until = Instant::now() + bound;

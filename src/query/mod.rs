@@ -540,6 +540,16 @@ impl QueryService {
                 None => break,
             }
         }
+        if d.stop_reason().is_none() && inner.cancel.load(Ordering::Relaxed) {
+            // Cut by shutdown: a partial text must not pass for a finished answer.
+            return Err(err(
+                ErrorCode::Internal,
+                format!(
+                    "the runtime is shutting down; the answer was cut after {} tokens",
+                    d.tokens().len()
+                ),
+            ));
+        }
         if first_token.is_none() && d.stop_reason().is_some() {
             // Stopped at once (the first token was a stop token): that was the first token.
             first_token = Some(req.received.elapsed());
