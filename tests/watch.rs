@@ -107,6 +107,19 @@ fn live_options(budget: usize, window_frames: usize) -> edgevlm::memory::LiveOpt
     }
 }
 
+/// The reference render of `frames` as one stream (system turn first) and their visual rows.
+fn full_stream(frames: &[Arc<MemoryFrame>]) -> (render::Rendered, Vec<&[f32]>) {
+    let slots: Vec<FrameSlot> = frames
+        .iter()
+        .map(|f| FrameSlot {
+            time_secs: f.pts.as_secs_f64(),
+            kept: f.kept(),
+        })
+        .collect();
+    let full = render::videollama3_stream(&slots, &[], Some(SYSTEM)).unwrap();
+    (full, frames.iter().map(|f| &f.tokens[..]).collect())
+}
+
 fn greedy(
     generator: &Generator,
     cache: &KvCache,
@@ -179,15 +192,7 @@ fn incremental_prefill_gives_the_same_tokens_as_a_full_prefill() {
     assert_eq!(live.frames(), 8);
 
     // Full: the reference render of the same frames, prefilled from an empty cache.
-    let slots: Vec<FrameSlot> = mem_frames
-        .iter()
-        .map(|f| FrameSlot {
-            time_secs: f.pts.as_secs_f64(),
-            kept: f.kept(),
-        })
-        .collect();
-    let full = render::videollama3_stream(&slots, &[], Some(SYSTEM)).unwrap();
-    let rows: Vec<&[f32]> = mem_frames.iter().map(|f| &f.tokens[..]).collect();
+    let (full, rows) = full_stream(&mem_frames);
     let empty = generator.empty_cache().unwrap();
     let prefill = generator
         .prefill(&empty, &full.prompt(&rows, hidden).unwrap())
@@ -485,18 +490,10 @@ fn a_forked_answer_equals_the_answer_from_a_full_prefill() {
     req.max_tokens = Some(12);
     let forked = svc.answer(&req, &mut |_| {}).unwrap();
     assert!(forked.forked);
-    // A window one frame shorter than the footage misses the first frame and is built from memory.
+    // The reference: the whole stream rendered at once and prefilled from an empty cache.
     let mem = memory.snapshot().frames;
     let hidden = generator.engines().decoder().hidden();
-    let slots: Vec<FrameSlot> = mem
-        .iter()
-        .map(|f| FrameSlot {
-            time_secs: f.pts.as_secs_f64(),
-            kept: f.kept(),
-        })
-        .collect();
-    let full = render::videollama3_stream(&slots, &[], Some(SYSTEM)).unwrap();
-    let rows: Vec<&[f32]> = mem.iter().map(|f| &f.tokens[..]).collect();
+    let (full, rows) = full_stream(&mem);
     let mut prompt = full.prompt(&rows, hidden).unwrap();
     let ask = render::videollama3_stream_ask(Role::User, "What moved?");
     prompt.extend(ask.prompt(&[], hidden).unwrap());

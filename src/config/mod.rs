@@ -733,16 +733,18 @@ fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Every problem of a configuration text, as printed (none when it is valid).
+#[cfg(test)]
+pub(crate) fn errors(text: &str) -> Vec<String> {
+    match Config::parse(text, None) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn errors(text: &str) -> Vec<String> {
-        match Config::parse(text, None) {
-            Ok(_) => Vec::new(),
-            Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
-        }
-    }
 
     #[test]
     fn a_minimal_camera_gets_every_default() {

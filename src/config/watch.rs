@@ -253,15 +253,8 @@ pub(super) fn decode_query(t: &toml::Table, sink: &mut Sink) -> QueryConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
+    use crate::config::{Config, errors};
     use std::time::Duration;
-
-    fn errors(text: &str) -> Vec<String> {
-        match Config::parse(text, None) {
-            Ok(_) => Vec::new(),
-            Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
-        }
-    }
 
     const CAM: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
 
