@@ -184,8 +184,12 @@ fn incremental_prefill_gives_the_same_tokens_as_a_full_prefill() {
     for f in &mem_frames {
         memory.push(f.clone());
         assert_eq!(
-            live.append(&generator, &memory, std::slice::from_ref(f))
-                .unwrap(),
+            live.append(
+                &generator,
+                &memory.frames().iter().cloned().collect::<Vec<_>>(),
+                std::slice::from_ref(f)
+            )
+            .unwrap(),
             None
         );
     }

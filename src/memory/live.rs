@@ -9,7 +9,7 @@
 //! many of the newest frames as fit in `(1 - rebuild_slack)` of the budget, so the next rebuild is
 //! at least a slack's worth of frames away.
 
-use super::{Memory, MemoryFrame};
+use super::MemoryFrame;
 use crate::generate::render::{self, Rendered};
 use crate::generate::{GenerateError, Generator, KvCache};
 use std::collections::VecDeque;
@@ -189,12 +189,14 @@ impl LiveCache {
     }
 
     /// Appends new frames (oldest first, all newer than what the cache holds) by incremental
-    /// prefill, rebuilding from `memory` first when the policy says so. Returns the rebuild done,
-    /// if any.
+    /// prefill, rebuilding from `memory` (the memory's frames, oldest first, new ones included)
+    /// instead when the policy says so. Returns the rebuild done, if any.
+    ///
+    /// `memory` is a snapshot, not the locked memory: questions must not wait for a prefill.
     pub fn append(
         &mut self,
         generator: &Generator,
-        memory: &Memory,
+        memory: &[Arc<MemoryFrame>],
         frames: &[Arc<MemoryFrame>],
     ) -> Result<Option<RebuildReason>, GenerateError> {
         let frames: Vec<Arc<MemoryFrame>> = frames
@@ -207,7 +209,7 @@ impl LiveCache {
         }
         let template = self.template;
         let new: usize = frames.iter().map(|f| f.kept() + template).sum();
-        let oldest_kept = memory.oldest().map(|f| f.seq);
+        let oldest_kept = memory.first().map(|f| f.seq);
         let stale = self
             .covered
             .iter()
@@ -245,7 +247,7 @@ impl LiveCache {
     pub fn rebuild(
         &mut self,
         generator: &Generator,
-        memory: &Memory,
+        memory: &[Arc<MemoryFrame>],
         reason: RebuildReason,
     ) -> Result<(), GenerateError> {
         let t0 = Instant::now();
@@ -253,7 +255,7 @@ impl LiveCache {
         let target = ((1.0 - self.opts.slack) * self.opts.budget as f64) as usize;
         let mut room = target.saturating_sub(self.prefix);
         let mut start = memory.len();
-        for f in memory.frames().iter().rev() {
+        for f in memory.iter().rev() {
             let need = f.kept() + template;
             if need > room {
                 break;
@@ -261,7 +263,7 @@ impl LiveCache {
             room -= need;
             start -= 1;
         }
-        let frames: Vec<Arc<MemoryFrame>> = memory.frames().range(start..).cloned().collect();
+        let frames = &memory[start..];
         let (prefix, prefix_logits) = prefix_cache(generator, self.opts.system.as_deref())?;
         let (cache, logits) = if frames.is_empty() {
             (prefix, prefix_logits)

@@ -343,11 +343,6 @@ impl CameraMemory {
             .store(s.memory.bytes() as u64, Ordering::Relaxed);
     }
 
-    /// Runs `f` on the memory under its lock (keep it short: the question stage waits on it).
-    pub fn with_memory<R>(&self, f: impl FnOnce(&Memory) -> R) -> R {
-        f(&self.lock().memory)
-    }
-
     /// Publishes the live cache's new state.
     pub fn set_live(&self, view: Option<Arc<LiveView>>) {
         let positions = view.as_ref().map_or(0, |v| v.cache.len() as u64);

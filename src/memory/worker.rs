@@ -352,9 +352,9 @@ impl Watcher {
                 slack: self.opts.slack,
                 window_frames: self.opts.camera.window_frames(),
             };
+            let memory = self.memory.snapshot().frames;
             let built = LiveCache::new(&generator, opts).and_then(|mut l| {
-                self.memory
-                    .with_memory(|m| l.rebuild(&generator, m, RebuildReason::Initial))
+                l.rebuild(&generator, &memory, RebuildReason::Initial)
                     .map(|()| l)
             });
             match built {
@@ -370,13 +370,13 @@ impl Watcher {
             }
         }
         let live = self.live.as_mut().ok_or(())?;
-        // The memory lock is held for the prefill: questions wait at most one frame item.
-        let memory = self.memory.clone();
-        let result = memory.with_memory(|m| live.append(&generator, m, frames));
+        // A snapshot (pointers), so questions never wait on this prefill or a rebuild.
+        let memory = self.memory.snapshot().frames;
+        let result = live.append(&generator, &memory, frames);
         match result {
             Ok(rebuilt) => {
                 if let Some(reason) = rebuilt {
-                    WatchStats::bump(&memory.stats.rebuilds);
+                    WatchStats::bump(&self.memory.stats.rebuilds);
                     let (_, last) = live.rebuilds();
                     tracing::debug!(
                         camera = %self.memory.camera, ?reason,
