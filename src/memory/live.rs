@@ -268,10 +268,10 @@ impl LiveCache {
         let (cache, logits) = if frames.is_empty() {
             (prefix, prefix_logits)
         } else {
-            let (c, l) = append_frames(generator, &prefix, &frames)?;
+            let (c, l) = append_frames(generator, &prefix, frames)?;
             (c, l.into())
         };
-        self.prefix = prefix_len(&cache, &frames, template);
+        self.prefix = prefix_len(&cache, frames, template);
         self.cache = cache;
         self.logits = logits;
         self.covered = frames
