@@ -138,6 +138,7 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
         &cfg,
         format!(
             "[runtime]\nstate_dir = \"state\"\n[mqtt]\nlisten = \"127.0.0.1:{port}\"\n\
+             [engine]\nenabled = false\n\
              [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nwindow_secs = 20\n"
         ),
     )
@@ -167,7 +168,9 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
     .await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("error: no_model: the engine stage is not enabled yet"),
+        text(&out.stderr).contains(
+            "error: no_model: no model is loaded: the engine stage is off (engine.enabled = false)"
+        ),
         "{}",
         text(&out.stderr)
     );
