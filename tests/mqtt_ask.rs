@@ -145,6 +145,7 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
     .unwrap();
     let mut run = edgevlm()
         .args(["run", "-c", cfg.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -155,6 +156,15 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
         ))
         .is_ok())
         .await
+    );
+    // `online` follows the runtime's subscription to questions on its connection: a question
+    // published before that would reach nobody (the broker keeps no session for it).
+    let w = common::mqtt::Watcher::start(port, &["edgevlm/available"]).await;
+    assert!(
+        w.wait(Duration::from_secs(20), |m| m
+            .iter()
+            .any(|m| m.text == "online"))
+            .await
     );
     let broker = format!("mqtt://127.0.0.1:{port}");
     let out = ask(vec![
