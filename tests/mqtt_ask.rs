@@ -138,12 +138,14 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
         &cfg,
         format!(
             "[runtime]\nstate_dir = \"state\"\n[mqtt]\nlisten = \"127.0.0.1:{port}\"\n\
+             [engine]\nenabled = false\n\
              [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nwindow_secs = 20\n"
         ),
     )
     .unwrap();
     let mut run = edgevlm()
         .args(["run", "-c", cfg.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -154,6 +156,15 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
         ))
         .is_ok())
         .await
+    );
+    // `online` follows the runtime's subscription to questions on its connection: a question
+    // published before that would reach nobody (the broker keeps no session for it).
+    let w = common::mqtt::Watcher::start(port, &["edgevlm/available"]).await;
+    assert!(
+        w.wait(Duration::from_secs(20), |m| m
+            .iter()
+            .any(|m| m.text == "online"))
+            .await
     );
     let broker = format!("mqtt://127.0.0.1:{port}");
     let out = ask(vec![
@@ -167,7 +178,9 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
     .await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("error: no_model: the engine stage is not enabled yet"),
+        text(&out.stderr).contains(
+            "error: no_model: no model is loaded: the engine stage is off (engine.enabled = false)"
+        ),
         "{}",
         text(&out.stderr)
     );

@@ -1,9 +1,11 @@
-//! Fixtures shared by the integration tests: real RTSP cameras, in-process or as child processes.
+//! Fixtures shared by the integration tests: real RTSP cameras, in-process or as child processes,
+//! real brokers, and `edgevlm run` children.
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 
 pub mod frames;
 pub mod mqtt;
 pub mod rtsp;
+pub mod run;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub use frames::{Frame, Rng};
 pub use rtsp::{CameraSpec, RtspServer};
+pub use run::RunProcess;
 
 /// Polls `cond` every 50 ms until it holds or `timeout` passes; returns whether it held.
 pub async fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
