@@ -24,21 +24,9 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
         Some((p, q, c)) => (Some((p, c)), Some(q)),
         None => (None, None),
     };
-    let model = load_model(&config).await;
-    // Once sent here, /metrics shows the engines' counters.
-    let (engines_tx, engines_rx) =
-        tokio::sync::watch::channel(model.as_ref().ok().map(|(e, _)| e.clone()));
-    let outputs = Outputs::new(mqtt.as_ref().map(|(p, _)| p.clone()));
-    let mut watching = Watching::new(&config, model, outputs);
-    watching.sync(&supervisor).await;
-    let (memories_tx, memories_rx) = tokio::sync::watch::channel(watching.memories());
-    if let (Some(questions), Some((publisher, _))) = (questions, &mqtt) {
-        tokio::spawn(edgevlm::query::serve_mqtt(
-            watching.service().clone(),
-            questions,
-            publisher.clone(),
-        ));
-    }
+    // Once sent here, /metrics shows the engines' counters and each camera's memory.
+    let (engines_tx, engines_rx) = tokio::sync::watch::channel(None);
+    let (memories_tx, memories_rx) = tokio::sync::watch::channel(Vec::new());
     if let Some(addr) = config.telemetry.metrics_listen {
         let listener = metrics::bind(addr)
             .await
@@ -61,6 +49,20 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("telemetry.control_socket: {e}"))?;
         tokio::spawn(control::serve(listener, reports_rx));
+    }
+    // The endpoints answer while the model loads (TensorRT can take minutes the first time).
+    let model = load_model(&config).await;
+    let _ = engines_tx.send(model.as_ref().ok().map(|(e, _)| e.clone()));
+    let outputs = Outputs::new(mqtt.as_ref().map(|(p, _)| p.clone()));
+    let mut watching = Watching::new(&config, model, outputs);
+    watching.sync(&supervisor).await;
+    let _ = memories_tx.send(watching.memories());
+    if let (Some(questions), Some((publisher, _))) = (questions, &mqtt) {
+        tokio::spawn(edgevlm::query::serve_mqtt(
+            watching.service().clone(),
+            questions,
+            publisher.clone(),
+        ));
     }
     let systemd = Systemd::from_env();
     systemd.ready(&camera_summary(&supervisor));

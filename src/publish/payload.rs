@@ -198,11 +198,12 @@ impl QueryError {
         }
     }
 
-    /// `no_model`: what `run` answers until the engine stage exists.
+    /// `no_model`: what a question gets when no question stage takes it (the runtime is stopping,
+    /// or a publisher runs without one).
     pub fn no_model() -> Self {
         QueryError::new(
             ErrorCode::NoModel,
-            "the engine stage is not enabled yet, so no question can be answered",
+            "no question stage is running (the runtime is shutting down, or runs without a model)",
         )
     }
 }
