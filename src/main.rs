@@ -277,7 +277,12 @@ fn main() -> ExitCode {
             report(runtime().and_then(|rt| rt.block_on(cli::status::status(socket, json))))
         }
         Command::Run { config } => match load(&config) {
-            Some(cfg) => report(runtime().and_then(|rt| rt.block_on(cli::run::run(config, cfg)))),
+            Some(cfg) => report(runtime().and_then(|rt| {
+                let result = rt.block_on(cli::run::run(config, cfg));
+                // A model still loading when a signal stopped the run must not hold the exit.
+                rt.shutdown_background();
+                result
+            })),
             None => ExitCode::from(2),
         },
         Command::Probe {
@@ -373,6 +378,9 @@ fn init_logging() {
         // Colour codes only for a person at a terminal, never in journald or captured logs.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
+        // On a write error (a restarted journald, a closed pipe) the default reports it with
+        // `eprintln!`, which panics on the same broken stderr: the log line is lost, not the run.
+        .log_internal_errors(false)
         .init();
 }
 

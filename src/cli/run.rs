@@ -4,7 +4,7 @@ use crate::cli::watch::{Watching, load_model};
 use anyhow::Context;
 use edgevlm::config::Config;
 use edgevlm::memory::Outputs;
-use edgevlm::publish::CameraDirectory;
+use edgevlm::publish::{CameraDirectory, ErrorCode, QueryError};
 use edgevlm::supervisor::{CameraReport, RateMeter, Supervisor};
 use edgevlm::telemetry::{Systemd, control, metrics};
 use std::collections::HashMap;
@@ -19,8 +19,8 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     let mut supervisor = Supervisor::start(&config);
     let (views_tx, views_rx) = tokio::sync::watch::channel(supervisor.views());
     let (reports_tx, reports_rx) =
-        tokio::sync::watch::channel((Instant::now(), Arc::new(Vec::new())));
-    let (mqtt, questions) = match start_mqtt(&config)? {
+        tokio::sync::watch::channel(control::Snapshot::starting("loading"));
+    let (mqtt, mut questions) = match start_mqtt(&config)? {
         Some((p, q, c)) => (Some((p, c)), Some(q)),
         None => (None, None),
     };
@@ -50,28 +50,7 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("telemetry.control_socket: {e}"))?;
         tokio::spawn(control::serve(listener, reports_rx));
     }
-    // The endpoints answer while the model loads (TensorRT can take minutes the first time).
-    let model = load_model(&config).await;
-    let _ = engines_tx.send(model.as_ref().ok().map(|(e, _)| e.clone()));
-    let outputs = Outputs::new(mqtt.as_ref().map(|(p, _)| p.clone()));
-    let mut watching = Watching::new(&config, model, outputs);
-    watching.sync(&supervisor).await;
-    let _ = memories_tx.send(watching.memories());
-    if let (Some(questions), Some((publisher, _))) = (questions, &mqtt) {
-        tokio::spawn(edgevlm::query::serve_mqtt(
-            watching.service().clone(),
-            questions,
-            publisher.clone(),
-        ));
-    }
     let systemd = Systemd::from_env();
-    systemd.ready(&camera_summary(&supervisor));
-    // Without WatchdogSec the tick still runs (cheaply) so the loop has one shape.
-    let mut watchdog = tokio::time::interval(
-        systemd
-            .watchdog_interval()
-            .unwrap_or(Duration::from_secs(3600)),
-    );
     let mut meters: HashMap<String, RateMeter> = HashMap::new();
     for cam in supervisor.cameras() {
         // Prime the meters so the first status line already has rates.
@@ -80,8 +59,86 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     }
     let mut ticker = tokio::time::interval(config.runtime.status_interval);
     ticker.tick().await;
+    // Installed before the model loads: SIGTERM then stops the start cleanly, and a SIGHUP waits
+    // here (the stream keeps it) instead of killing the process by its default action.
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sighup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+    let publisher = mqtt.as_ref().map(|(p, _)| p);
+    // The endpoints and the status reports keep answering while the model loads (TensorRT can
+    // take minutes the first time).
+    systemd.status(&format!(
+        "loading the model; {}",
+        camera_summary(&supervisor)
+    ));
+    let load = load_model(&config);
+    tokio::pin!(load);
+    let loading = Instant::now();
+    let mut held = std::collections::VecDeque::new();
+    let mut expire = tokio::time::interval(Duration::from_millis(250));
+    let model = loop {
+        tokio::select! {
+            model = &mut load => break Some(model),
+            // A short load answers them afterwards; nobody waits minutes (a first TensorRT build).
+            Some(q) = next_question(&mut questions) => {
+                let room = questions.as_ref().map_or(0, |q| q.max_capacity());
+                if held.len() < room {
+                    held.push_back(q);
+                } else if let Some(publisher) = publisher {
+                    refuse_while_loading(publisher, &q, loading);
+                }
+            }
+            _ = expire.tick() => {
+                while let Some(q) = held.pop_front_if(|q| q.received.elapsed() >= LOAD_HOLD) {
+                    if let Some(publisher) = publisher {
+                        refuse_while_loading(publisher, &q, loading);
+                    }
+                }
+            }
+            _ = tokio::signal::ctrl_c() => break None,
+            _ = sigterm.recv() => break None,
+            _ = ticker.tick() => {
+                let cameras = Arc::new(collect_reports(&supervisor, &mut meters, None, publisher));
+                reports_tx.send_modify(|s| {
+                    s.taken = Instant::now();
+                    s.cameras = cameras;
+                });
+                systemd.status(&format!("loading the model; {}", camera_summary(&supervisor)));
+            }
+        }
+    };
+    let Some(model) = model else {
+        tracing::info!("Shutting down before the model finished loading");
+        systemd.stopping();
+        supervisor.shutdown(STOP_BOUND).await;
+        if let Some((_, connection)) = mqtt {
+            connection.shutdown(MQTT_FLUSH_BOUND).await;
+        }
+        if let Some(path) = control_socket {
+            let _ = std::fs::remove_file(path);
+        }
+        return Ok(());
+    };
+    let _ = engines_tx.send(model.as_ref().ok().map(|(e, _)| e.clone()));
+    reports_tx.send_modify(|s| s.model = model_state(&model));
+    let outputs = Outputs::new(publisher.cloned());
+    let mut watching = Watching::new(&config, model, outputs);
+    watching.sync(&supervisor).await;
+    let _ = memories_tx.send(watching.memories());
+    if let (Some(questions), Some(publisher)) = (questions, publisher) {
+        tokio::spawn(edgevlm::query::serve_mqtt(
+            watching.service().clone(),
+            held.into(),
+            questions,
+            publisher.clone(),
+        ));
+    }
+    systemd.ready(&camera_summary(&supervisor));
+    // Without WatchdogSec the tick still runs (cheaply) so the loop has one shape.
+    let mut watchdog = tokio::time::interval(
+        systemd
+            .watchdog_interval()
+            .unwrap_or(Duration::from_secs(3600)),
+    );
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -128,21 +185,11 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 }
             },
             _ = ticker.tick() => {
-                let mut reports = Vec::with_capacity(supervisor.cameras().len());
-                for cam in supervisor.cameras() {
-                    let meter = meters.entry(cam.id().to_string()).or_default();
-                    let mut r = CameraReport::collect(cam, meter);
-                    r.memory = watching.memory(cam.id()).map(|m| m.report());
-                    tracing::info!(target: "status", "{}", r.line());
-                    if let Some((publisher, _)) = &mqtt {
-                        publisher.status(&r);
-                    }
-                    reports.push(r);
-                }
-                if let Some((publisher, _)) = &mqtt {
-                    tracing::info!(target: "status", "{}", mqtt_line(&publisher.stats()));
-                }
-                let _ = reports_tx.send((Instant::now(), Arc::new(reports)));
+                let cameras = Arc::new(collect_reports(&supervisor, &mut meters, Some(&watching), publisher));
+                reports_tx.send_modify(|s| {
+                    s.taken = Instant::now();
+                    s.cameras = cameras;
+                });
                 systemd.status(&camera_summary(&supervisor));
             }
         }
@@ -162,6 +209,83 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     // Nothing loads engines in this loop yet; the sender is held for it until the run ends.
     drop(engines_tx);
     Ok(())
+}
+
+/// How long a question that arrives while the model loads may wait for it.
+const LOAD_HOLD: Duration = Duration::from_secs(10);
+
+/// `busy`, for a question that the loading model cannot take.
+fn refuse_while_loading(
+    publisher: &edgevlm::publish::Publisher,
+    q: &edgevlm::publish::QueryRequest,
+    loading: Instant,
+) {
+    publisher.count_busy();
+    publisher.answer_error(
+        &q.reply,
+        QueryError::new(
+            ErrorCode::Busy,
+            format!(
+                "the model is still loading ({:.0} s so far; a first TensorRT start can take \
+                 minutes); ask again shortly",
+                loading.elapsed().as_secs_f64()
+            ),
+        ),
+    );
+}
+
+/// The next valid question, or never when MQTT is off.
+async fn next_question(
+    questions: &mut Option<tokio::sync::mpsc::Receiver<edgevlm::publish::QueryRequest>>,
+) -> Option<edgevlm::publish::QueryRequest> {
+    match questions {
+        Some(q) => q.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The model's line in `edgevlm status`.
+fn model_state(model: &Result<(Arc<edgevlm::engine::Engines>, usize), String>) -> String {
+    match model {
+        Ok((engines, budget)) => {
+            let [vision, _, decoder] = engines.providers();
+            format!(
+                "ready ({} from {}, vision on {}, LLM on {}, loaded in {:.1} s, {budget} positions for footage)",
+                engines.manifest().family,
+                engines.manifest().dir.display(),
+                vision.name(),
+                decoder.name(),
+                engines.load_time().as_secs_f64()
+            )
+        }
+        Err(why) => format!("unavailable: {why}"),
+    }
+}
+
+/// Each camera's report, logged and published as a retained status message.
+fn collect_reports(
+    supervisor: &Supervisor,
+    meters: &mut HashMap<String, RateMeter>,
+    watching: Option<&Watching>,
+    publisher: Option<&edgevlm::publish::Publisher>,
+) -> Vec<CameraReport> {
+    let mut reports = Vec::with_capacity(supervisor.cameras().len());
+    for cam in supervisor.cameras() {
+        let meter = meters.entry(cam.id().to_string()).or_default();
+        let mut r = CameraReport::collect(cam, meter);
+        r.memory = watching
+            .and_then(|w| w.memory(cam.id()))
+            .map(|m| m.report());
+        tracing::info!(target: "status", "{}", r.line());
+        if let Some(publisher) = publisher {
+            publisher.status(&r);
+        }
+        reports.push(r);
+    }
+    if let Some(publisher) = publisher {
+        tracing::info!(target: "status", "{}", mqtt_line(&publisher.stats()));
+    }
+    reports
 }
 
 /// "3 cameras: 2 running, 1 retrying", for systemd's STATUS=.

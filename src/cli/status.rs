@@ -16,6 +16,9 @@ pub(crate) async fn status(socket: PathBuf, json: bool) -> anyhow::Result<()> {
         human_duration(doc.uptime_secs),
         doc.report_age_secs
     );
+    if !doc.model.is_empty() {
+        println!("model: {}", doc.model);
+    }
     println!(
         "{:<16} {:<9} {:>7} {:>8} {:>14} {:>18} {:>8}  LAST",
         "CAMERA", "STATE", "IN FPS", "SAMPLED", "WINDOW", "GEOMETRY", "RESTARTS"

@@ -248,6 +248,18 @@ impl QueryService {
         self.inner.admission.close();
     }
 
+    /// Waits until camera `id` has encoded frames (or is unknown), at most `timeout`.
+    pub async fn wait_for_footage(&self, id: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.camera(id) {
+                Ok(cam) if cam.size().0 == 0 => {}
+                _ => return,
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Takes a place among the questions being answered or waiting, or says `busy`.
     pub fn admit(&self) -> Result<Admission, QueryError> {
         let total = self.inner.cfg.concurrency as usize + self.inner.limits.queue;
@@ -620,14 +632,27 @@ fn internal(e: GenerateError) -> QueryError {
     err(ErrorCode::Internal, format!("generation failed: {e}"))
 }
 
-/// Answers the valid questions MQTT delivers: a question that finds no place gets `busy`, the
-/// others stream their answer as chunks and end with the final message or an error reply.
+/// How long a question held while the model loaded waits for its camera's first encoded frames.
+const HELD_FOOTAGE_WAIT: Duration = Duration::from_secs(5);
+
+/// Answers the valid questions MQTT delivers, `held` ones first (those that arrived while the
+/// model loaded): a question that finds no place gets `busy`, the others stream their answer as
+/// chunks and end with the final message or an error reply.
 pub async fn serve_mqtt(
     service: QueryService,
+    held: Vec<QueryRequest>,
     mut questions: tokio::sync::mpsc::Receiver<QueryRequest>,
     publisher: Publisher,
 ) {
-    while let Some(q) = questions.recv().await {
+    let mut held = held.into_iter();
+    loop {
+        let (q, was_held) = match held.next() {
+            Some(q) => (q, true),
+            None => match questions.recv().await {
+                Some(q) => (q, false),
+                None => break,
+            },
+        };
         let admission = match service.admit() {
             Ok(a) => a,
             Err(e) => {
@@ -641,6 +666,10 @@ pub async fn serve_mqtt(
         tokio::spawn(async move {
             let id = q.query.id.clone();
             let camera = q.query.camera.clone();
+            if was_held {
+                // The memory is still encoding what the camera saw while the model loaded.
+                service.wait_for_footage(&camera, HELD_FOOTAGE_WAIT).await;
+            }
             let request = AskRequest {
                 camera: q.query.camera,
                 question: q.query.question,

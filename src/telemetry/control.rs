@@ -21,12 +21,37 @@ pub struct StatusDoc {
     pub uptime_secs: f64,
     /// Seconds since the camera reports were taken (they refresh every `status_interval_secs`).
     pub report_age_secs: f64,
+    /// The model: `loading`, `ready (…)` or `unavailable: why`.
+    #[serde(default)]
+    pub model: String,
     /// One report per camera.
     pub cameras: Vec<serde_json::Value>,
 }
 
-/// The latest reports, published by the main loop.
-pub type Reports = watch::Receiver<(Instant, Arc<Vec<CameraReport>>)>;
+/// What the main loop last published for the control socket.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// When the camera reports were taken.
+    pub taken: Instant,
+    /// The model's state, as [`StatusDoc::model`] says it.
+    pub model: String,
+    /// One report per camera.
+    pub cameras: Arc<Vec<CameraReport>>,
+}
+
+impl Snapshot {
+    /// No camera reported yet.
+    pub fn starting(model: impl Into<String>) -> Self {
+        Snapshot {
+            taken: Instant::now(),
+            model: model.into(),
+            cameras: Arc::new(Vec::new()),
+        }
+    }
+}
+
+/// The latest snapshot, published by the main loop.
+pub type Reports = watch::Receiver<Snapshot>;
 
 /// Binds the socket, replacing a stale one but refusing to steal one that still answers.
 pub async fn bind(path: &Path) -> Result<UnixListener, String> {
@@ -54,13 +79,15 @@ pub async fn serve(listener: UnixListener, reports: Reports) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let (taken, cams) = reports.borrow().clone();
+        let snap = reports.borrow().clone();
         let doc = StatusDoc {
             version: env!("CARGO_PKG_VERSION").into(),
             pid: std::process::id(),
             uptime_secs: started.elapsed().as_secs_f64(),
-            report_age_secs: taken.elapsed().as_secs_f64(),
-            cameras: cams
+            report_age_secs: snap.taken.elapsed().as_secs_f64(),
+            model: snap.model,
+            cameras: snap
+                .cameras
                 .iter()
                 .filter_map(|r| serde_json::to_value(r).ok())
                 .collect(),
