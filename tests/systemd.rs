@@ -33,6 +33,18 @@ impl Notices {
 struct Guard(Option<std::process::Child>);
 
 impl Guard {
+    /// `edgevlm run -c cfg`, stderr piped, with a notify socket (and a 1 s watchdog) if given.
+    fn run(cfg: &std::path::Path, notify: Option<&std::path::Path>) -> Guard {
+        let mut cmd = edgevlm();
+        cmd.args(["run", "-c", cfg.to_str().unwrap()])
+            .stderr(std::process::Stdio::piped());
+        if let Some(sock) = notify {
+            cmd.env("NOTIFY_SOCKET", sock)
+                .env("WATCHDOG_USEC", "1000000");
+        }
+        Guard(Some(cmd.spawn().unwrap()))
+    }
+
     fn id(&self) -> i32 {
         self.0.as_ref().unwrap().id() as i32
     }
@@ -130,15 +142,7 @@ fn run_sends_ready_then_watchdog_pings_then_stopping() {
         "[mqtt]\nenabled = false\n\n[runtime]\nstate_dir = \"state\"\n\n[[cameras]]\nid = \"demo\"\nuri = \"test://ball\"\n",
     )
     .unwrap();
-    let child = Guard(Some(
-        edgevlm()
-            .args(["run", "-c", cfg.to_str().unwrap()])
-            .env("NOTIFY_SOCKET", &sock_path)
-            .env("WATCHDOG_USEC", "1000000")
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
+    let child = Guard::run(&cfg, Some(&sock_path));
     let mut messages: Vec<String> = Vec::new();
     let mut buf = [0u8; 4096];
     let deadline = Instant::now() + Duration::from_secs(4);
@@ -194,15 +198,7 @@ fn while_the_model_loads_status_and_questions_answer_and_a_stop_is_clean() {
     let notices = Notices::listen(&sock_path);
     // A model whose manifest nobody writes: loading blocks, like a first TensorRT build.
     let (cfg, port, _) = slow_model_config(&dir);
-    let mut child = Guard(Some(
-        edgevlm()
-            .args(["run", "-c", cfg.to_str().unwrap()])
-            .env("NOTIFY_SOCKET", &sock_path)
-            .env("WATCHDOG_USEC", "1000000")
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut child = Guard::run(&cfg, Some(&sock_path));
     let text = wait_for_camera_status(&cfg, || {});
     assert!(text.contains("model: loading"), "{text}");
     assert!(
@@ -260,13 +256,7 @@ fn while_the_model_loads_status_and_questions_answer_and_a_stop_is_clean() {
 fn a_question_asked_while_the_model_loads_is_answered_once_it_has_loaded() {
     let dir = tempdir("held");
     let (cfg, port, manifest) = slow_model_config(&dir);
-    let child = Guard(Some(
-        edgevlm()
-            .args(["run", "-c", cfg.to_str().unwrap()])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
+    let child = Guard::run(&cfg, None);
     let text = wait_for_camera_status(&cfg, || {});
     assert!(text.contains("model: loading"), "{text}");
     // The load finishes 1.5 s after the question was asked.
@@ -385,13 +375,7 @@ fn a_broken_stderr_loses_log_lines_not_the_run() {
          [[cameras]]\nid = \"porch\"\nuri = \"test://ball\"\n",
     )
     .unwrap();
-    let mut child = Guard(Some(
-        edgevlm()
-            .args(["run", "-c", cfg.to_str().unwrap()])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut child = Guard::run(&cfg, None);
     let text = wait_for_camera_status(&cfg, || {});
     assert!(text.lines().any(|l| l.starts_with("porch")), "{text}");
     drop(child.0.as_mut().unwrap().stderr.take());
