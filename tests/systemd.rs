@@ -131,9 +131,7 @@ fn run_sends_ready_then_watchdog_pings_then_stopping() {
     let dir = tempdir("notify");
     let sock_path = dir.join("notify.sock");
     let _ = std::fs::remove_file(&sock_path);
-    let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    let notices = Notices::listen(&sock_path);
 
     // Its own configuration: the demo's metrics port and socket may be in use by a running demo.
     let cfg = dir.join("edgevlm.toml");
@@ -143,22 +141,11 @@ fn run_sends_ready_then_watchdog_pings_then_stopping() {
     )
     .unwrap();
     let child = Guard::run(&cfg, Some(&sock_path));
-    let mut messages: Vec<String> = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = Instant::now() + Duration::from_secs(4);
-    while Instant::now() < deadline {
-        if let Ok(n) = sock.recv(&mut buf) {
-            messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-        }
-    }
+    std::thread::sleep(Duration::from_secs(4));
     child.signal(libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && !messages.iter().any(|m| m.contains("STOPPING=1")) {
-        if let Ok(n) = sock.recv(&mut buf) {
-            messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-        }
-    }
     let out = child.wait_with_output();
+    std::thread::sleep(Duration::from_millis(200));
+    let messages = notices.messages();
     assert!(
         out.status.success(),
         "{}",

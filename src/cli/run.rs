@@ -206,8 +206,6 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     if let Some(path) = control_socket {
         let _ = std::fs::remove_file(path);
     }
-    // Nothing loads engines in this loop yet; the sender is held for it until the run ends.
-    drop(engines_tx);
     Ok(())
 }
 
