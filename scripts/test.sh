@@ -8,9 +8,18 @@ cd "$(dirname "$0")/.."
 echo "== tiny model: generator determinism and ONNX Runtime checks"
 .venv/bin/python engines/tiny/check.py --model engines/tiny/model
 
+echo "== Qwen tokenizer: real vocabulary and HF tokenizers reference ids (tests/engine_tokenizer_qwen.rs)"
+engines/qwen/fetch.sh .venv/bin/python
+.venv/bin/python engines/qwen/tokenize_reference.py
+
+echo "== VideoLLaMA3: reduced checkpoint, export and transformers oracle (tests/videollama3_parity.rs)"
+./scripts/videollama3-parity.sh
+echo "== reference resize: torch's bicubic on decoded frames (tests/ingest_resize.rs)"
+.venv-export/bin/python engines/videollama3/resize_reference.py
+
 echo "== cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --locked --no-fail-fast
+  cargo nextest run --workspace --locked --no-fail-fast
 else
-  cargo test --locked --no-fail-fast
+  cargo test --workspace --locked --no-fail-fast
 fi

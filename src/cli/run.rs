@@ -12,9 +12,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
+pub(crate) async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     edgevlm::ingest::init()?;
+    // The model's own frame-size rule, if its manifest has one: cameras start before the model
+    // loads, and the manifest alone is cheap to read. `[engine]` is read at start only, so a
+    // reload keeps it.
+    config.vision.processor = model_processor(&config);
+    let processor = config.vision.processor;
     tracing::info!(summary = %config.summary(), "Starting");
     let mut supervisor = Supervisor::start(&config);
     let (views_tx, views_rx) = tokio::sync::watch::channel(supervisor.views());
@@ -150,7 +155,8 @@ pub(crate) async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
                 Err(why) => tracing::error!(reason = %why, "Unhealthy; not feeding the systemd watchdog"),
             },
             _ = sighup.recv() => match Config::load(&path) {
-                Ok(new) => {
+                Ok(mut new) => {
+                    new.vision.processor = processor;
                     systemd.reloading();
                     let s = supervisor.reload(&new, STOP_BOUND).await;
                     watching.sync(&supervisor).await;
@@ -368,4 +374,25 @@ pub(crate) fn mqtt_line(s: &edgevlm::publish::PublishStats) -> String {
         line.push_str(&format!(" | last error: {e}"));
     }
     line
+}
+
+/// `[vision.processor]` of the configured model's manifest (transformers-native VideoLLaMA3
+/// exports), as the frame-size rule of every camera. A manifest that cannot be read here is
+/// reported by the model load itself.
+fn model_processor(config: &Config) -> Option<edgevlm::config::ProcessorGeometry> {
+    // Only a regular file is read here: anything else (a FIFO, a device) could block the start,
+    // which must keep serving status while the model loads.
+    let path = config.engine.model_dir.join("manifest.toml");
+    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    let manifest = edgevlm::engine::Manifest::load(&config.engine.model_dir).ok()?;
+    let p = manifest.vision.processor?;
+    tracing::info!(
+        min_pixels = p.min_pixels,
+        max_pixels = p.max_pixels,
+        max_frames = p.max_frames,
+        "Frame sizes follow the model's processor"
+    );
+    Some(p.geometry())
 }

@@ -69,6 +69,22 @@ pub struct VisionConfig {
     pub max_frames: u32,
     /// Fewest tokens per frame (reference: 16).
     pub min_frame_tokens: u32,
+    /// The model's own processor rule, which replaces the budget above when the model directory
+    /// declares one (`[vision.processor]` of a transformers-native VideoLLaMA3 export). Not a
+    /// configuration key: `run` takes it from the configured model's manifest.
+    pub processor: Option<ProcessorGeometry>,
+}
+
+/// The frame-size rule of a checkpoint's video processor (transformers' VideoLLaMA3: `smart_resize`
+/// with `max_pixels` shared by the frames of a request; docs/ENGINES.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessorGeometry {
+    /// Fewest pixels per frame.
+    pub min_pixels: u64,
+    /// Most pixels per request, divided by its frames.
+    pub max_pixels: u64,
+    /// Most frames in one request.
+    pub max_frames: u32,
 }
 
 impl Default for VisionConfig {
@@ -77,8 +93,22 @@ impl Default for VisionConfig {
             max_visual_tokens: 16384,
             max_frames: 180,
             min_frame_tokens: 16,
+            processor: None,
         }
     }
+}
+
+/// Who scales a camera's frames to the model geometry (`scaler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scaler {
+    /// edgevlm's resize, bit-identical to the reference processor's (torch's antialiased
+    /// bicubic): the pipeline delivers RGB at the source size and `ingest::Resizer` scales the
+    /// sampled frames. The default: GStreamer's bilinear scaling changes pixels by several levels
+    /// and, on still scenes, a sixth of DiffFP's decisions (docs/ARCHITECTURE.md, "Ingest").
+    Reference,
+    /// The template's scaler element scales (GStreamer, NVDEC or Jetson hardware): cheaper on a
+    /// weak CPU, not the reference's pixels.
+    Pipeline,
 }
 
 /// RTSP lower transport.
@@ -130,6 +160,8 @@ pub struct CameraConfig {
     pub retry_max: Duration,
     /// RTSP transport.
     pub rtsp_transport: RtspTransport,
+    /// Who scales frames to the model geometry.
+    pub scaler: Scaler,
     /// RTSP jitter-buffer latency.
     pub latency_ms: u32,
     /// RTSP credentials, if any.
@@ -157,6 +189,7 @@ impl CameraConfig {
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(30),
             rtsp_transport: RtspTransport::Tcp,
+            scaler: Scaler::Reference,
             latency_ms: 200,
             credentials: None,
             prune: crate::prune::PruneParams::default(),
@@ -419,6 +452,7 @@ fn decode_vision(t: &toml::Table, sink: &mut Sink) -> VisionConfig {
         max_visual_tokens: f.get("max_visual_tokens", d.max_visual_tokens, sink),
         max_frames: f.get("max_frames", d.max_frames, sink),
         min_frame_tokens: f.get("min_frame_tokens", d.min_frame_tokens, sink),
+        processor: None,
     };
     if v.max_visual_tokens < 1 {
         sink.error(f.path_of("max_visual_tokens"), "must be > 0, got 0");
@@ -583,6 +617,18 @@ fn decode_camera(
             RtspTransport::Tcp
         }
     };
+    let scaler_text: String = f.get("scaler", "reference".to_string(), sink);
+    let scaler = match scaler_text.as_str() {
+        "reference" => Scaler::Reference,
+        "pipeline" => Scaler::Pipeline,
+        other => {
+            sink.error(
+                f.path_of("scaler"),
+                format!("expected \"reference\" or \"pipeline\", got \"{other}\""),
+            );
+            Scaler::Reference
+        }
+    };
     let latency_ms: u32 = f.get("latency_ms", d.latency_ms, sink);
     if latency_ms > 10_000 {
         sink.error(
@@ -630,6 +676,7 @@ fn decode_camera(
         retry_initial: secs(retry_initial, 1.0),
         retry_max: secs(retry_max, 30.0),
         rtsp_transport,
+        scaler,
         latency_ms,
         credentials,
         prune,

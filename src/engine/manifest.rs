@@ -91,6 +91,57 @@ pub struct VisionSpec {
     /// Informational: the encoder's heads.
     #[serde(default)]
     pub encoder_heads: Option<u32>,
+    /// `[vision.processor]`: the checkpoint's own video processor settings (transformers-native
+    /// checkpoints); absent for models whose geometry follows the runtime's `[vision]` budget.
+    #[serde(default)]
+    pub processor: Option<ProcessorSpec>,
+}
+
+/// `[vision.processor]`: what transformers' `VideoLlama3VideoProcessor` of the exported checkpoint
+/// does to frames (docs/ENGINES.md, "VideoLLaMA3 preprocessing"), read by the export from the
+/// checkpoint's processor config.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessorSpec {
+    /// The size rule.
+    pub resize: ResizeRule,
+    /// The resampling filter.
+    pub resample: Resample,
+    /// Fewest pixels per frame (`size.shortest_edge`).
+    pub min_pixels: u64,
+    /// Most pixels per request, divided by the frames in it (`size.longest_edge`).
+    pub max_pixels: u64,
+    /// Most frames the processor takes in one request.
+    pub max_frames: u32,
+    /// DiffFP on (`use_token_compression`).
+    pub use_token_compression: bool,
+}
+
+impl ProcessorSpec {
+    /// The frame-size rule, as the camera configuration carries it.
+    pub fn geometry(&self) -> crate::config::ProcessorGeometry {
+        crate::config::ProcessorGeometry {
+            min_pixels: self.min_pixels,
+            max_pixels: self.max_pixels,
+            max_frames: self.max_frames,
+        }
+    }
+}
+
+/// The size rule of a processor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResizeRule {
+    /// Qwen2-VL's `smart_resize` with VideoLLaMA3's per-frame share of the pixel budget.
+    SmartResize,
+}
+
+/// A resampling filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resample {
+    /// Antialiased bicubic (a = -0.5), as torch's `interpolate(mode="bicubic", antialias=True)`.
+    Bicubic,
 }
 
 impl VisionSpec {
@@ -129,6 +180,10 @@ pub struct TextSpec {
     pub rms_norm_eps: Option<f64>,
     /// Dtype of every float input and output; only `float32` is supported.
     pub dtype: String,
+    /// Informational: the dtype of the weights and compute inside the graphs (`float32` or
+    /// `float16`); the interface stays `dtype`.
+    #[serde(default)]
+    pub weights_dtype: Option<String>,
     /// Embedding model input (`input_ids`).
     pub input_ids: String,
     /// Embedding output and decoder input (`inputs_embeds`).
@@ -156,6 +211,28 @@ impl TextSpec {
     }
 }
 
+/// The literal of the visual placeholder token, by checkpoint convention (REFERENCE §1c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum ImageLiteral {
+    /// `<image>`: the remote-code checkpoints' and the tiny model's.
+    #[default]
+    #[serde(rename = "<image>")]
+    Image,
+    /// `<|video_pad|>`: the transformers-native (-HF) checkpoints' video placeholder.
+    #[serde(rename = "<|video_pad|>")]
+    VideoPad,
+}
+
+impl ImageLiteral {
+    /// The literal text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageLiteral::Image => "<image>",
+            ImageLiteral::VideoPad => "<|video_pad|>",
+        }
+    }
+}
+
 /// `[special_tokens]`.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -166,8 +243,11 @@ pub struct SpecialTokens {
     pub im_start: u32,
     /// `<|im_end|>`.
     pub im_end: u32,
-    /// `<image>`.
+    /// The visual placeholder (`image_literal`).
     pub image: u32,
+    /// The placeholder's literal: `<image>` (default) or `<|video_pad|>`.
+    #[serde(default)]
+    pub image_literal: ImageLiteral,
     /// `<|stream_start|>`.
     pub stream_start: u32,
     /// `<|stream_end|>`.
@@ -181,7 +261,7 @@ impl SpecialTokens {
             ("<|endoftext|>", self.endoftext),
             ("<|im_start|>", self.im_start),
             ("<|im_end|>", self.im_end),
-            ("<image>", self.image),
+            (self.image_literal.as_str(), self.image),
             ("<|stream_start|>", self.stream_start),
             ("<|stream_end|>", self.stream_end),
         ]
@@ -340,6 +420,22 @@ impl Manifest {
                     "{key}: must contain `{{i}}` (the layer index), got `{pattern}`"
                 ));
             }
+        }
+        if let Some(w) = &t.weights_dtype
+            && w != "float32"
+            && w != "float16"
+        {
+            return Err(format!(
+                "text.weights_dtype: expected \"float32\" or \"float16\", got \"{w}\""
+            ));
+        }
+        if let Some(p) = &v.processor
+            && (p.min_pixels == 0 || p.max_pixels == 0 || p.max_frames == 0)
+        {
+            return Err(format!(
+                "vision.processor: min_pixels, max_pixels and max_frames must be > 0, got {}, {} and {}",
+                p.min_pixels, p.max_pixels, p.max_frames
+            ));
         }
         for (name, id) in self.special_tokens.pairs() {
             if id >= t.vocab_size {

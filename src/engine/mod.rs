@@ -25,7 +25,8 @@ mod warm;
 
 pub use error::{EngineError, ErrorKind};
 pub use manifest::{
-    ChatTemplate, Family, Files, Generator, Manifest, SpecialTokens, TextSpec, VisionSpec,
+    ChatTemplate, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec, Resample,
+    ResizeRule, SpecialTokens, TextSpec, VisionSpec,
 };
 pub use progress::Progress;
 pub use provider::{ModelRole, ProviderKind, TensorRtSettings};
@@ -437,6 +438,31 @@ pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
         }
         files.push((path, meta.len(), expected.is_some()));
     }
+    // Files the checksums name beyond the four (the graphs' external weight data, `*.onnx.data`):
+    // a missing or truncated one is named here, not as an ONNX Runtime load error.
+    let named: Vec<PathBuf> = files.iter().map(|(p, _, _)| p.clone()).collect();
+    if let Some(g) = &manifest.generator {
+        for (name, expected) in &g.sha256 {
+            let path = manifest.dir.join(name);
+            if named.contains(&path) {
+                continue;
+            }
+            let meta = std::fs::metadata(&path).map_err(|_| EngineError::MissingFile {
+                file: path.clone(),
+                key: "generator.sha256",
+            })?;
+            let found = sha256_file(&path)?;
+            if !found.eq_ignore_ascii_case(expected) {
+                return Err(EngineError::Checksum {
+                    file: path,
+                    expected: expected.clone(),
+                    found,
+                    size_bytes: meta.len(),
+                });
+            }
+            files.push((path, meta.len(), true));
+        }
+    }
     let engines = Engines::load(opts)?;
     let m = engines.manifest();
     let t = &m.text;
@@ -453,9 +479,10 @@ pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
     );
     let tok = engines.tokenizer();
     let tokenizer = format!(
-        "{} ids; special tokens match the manifest (<|im_end|> = {}, <image> = {})",
+        "{} ids; special tokens match the manifest (<|im_end|> = {}, {} = {})",
         tok.len(),
         m.special_tokens.im_end,
+        m.special_tokens.image_literal.as_str(),
         m.special_tokens.image
     );
 

@@ -116,8 +116,11 @@ impl VisionEncoder {
         let mut lut = [[0f32; 256]; 3];
         for (c, table) in lut.iter_mut().enumerate() {
             for (v, x) in table.iter_mut().enumerate() {
-                // The same expression, in f32, as the reference processor's rescale + normalise.
-                *x = (v as f32 / 255.0 - m.vision.mean[c]) / m.vision.std[c];
+                // transformers' fused rescale + normalise, in f32: `(v - mean * 255) / (std * 255)`
+                // (its `rescale_and_normalize`), so the values are bit-identical to the processor's
+                // (tests/videollama3_parity.rs).
+                let (mean, std) = (m.vision.mean[c] * 255.0, m.vision.std[c] * 255.0);
+                *x = (v as f32 - mean) / std;
             }
         }
         VisionEncoder {
@@ -148,6 +151,19 @@ impl VisionEncoder {
     /// Frames per encoder run; longer inputs are encoded in several runs.
     pub fn max_batch(&self) -> usize {
         self.max_batch
+    }
+
+    /// Writes one packed RGB frame (`width * height * 3` bytes) as the graph's normalised planar
+    /// input, `[3, height, width]` floats into `out` (which must hold `3 * width * height`).
+    pub fn normalize_into(&self, frame: &[u8], out: &mut [f32]) {
+        let plane = frame.len() / 3;
+        let (r, gb) = out[..3 * plane].split_at_mut(plane);
+        let (g, b) = gb.split_at_mut(plane);
+        for (i, px) in frame.chunks_exact(3).enumerate() {
+            r[i] = self.lut[0][px[0] as usize];
+            g[i] = self.lut[1][px[1] as usize];
+            b[i] = self.lut[2][px[2] as usize];
+        }
     }
 
     /// Encodes packed RGB frames (`width * height * 3` bytes each, rows unpadded) of one geometry.
@@ -193,13 +209,7 @@ impl VisionEncoder {
             let plane = w * h;
             pixels.resize(batch.len() * 3 * plane, 0.0);
             for (frame, out) in batch.iter().zip(pixels.chunks_exact_mut(3 * plane)) {
-                let (r, gb) = out.split_at_mut(plane);
-                let (g, b) = gb.split_at_mut(plane);
-                for (i, px) in frame.chunks_exact(3).enumerate() {
-                    r[i] = self.lut[0][px[0] as usize];
-                    g[i] = self.lut[1][px[1] as usize];
-                    b[i] = self.lut[2][px[2] as usize];
-                }
+                self.normalize_into(frame, out);
             }
             // Normalisation is excluded: the stage time is what the provider costs.
             let started = Instant::now();

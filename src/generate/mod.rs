@@ -402,6 +402,12 @@ impl Decoding<'_> {
         Ok(Some(TokenEvent { id, delta }))
     }
 
+    /// The logits the next token will be chosen from (after the prompt, then after each token
+    /// fed back).
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
     /// Why it stopped, once it has.
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.stop

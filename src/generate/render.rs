@@ -17,7 +17,7 @@
 //! question itself contains a special-token literal, which then stays plain text.
 
 use super::prompt::Prompt;
-use crate::engine::SpecialText;
+use crate::engine::{SpecialText, Tokenizer};
 use std::fmt::Write as _;
 
 /// VideoLLaMA3's visual placeholder (REFERENCE §1c).
@@ -255,18 +255,40 @@ impl Rendered {
 
     /// The reference text, one placeholder per kept token.
     pub fn text(&self) -> String {
+        self.text_with(self.placeholder)
+    }
+
+    /// The reference text with another placeholder literal (`<|video_pad|>` for the
+    /// transformers-native checkpoints, whose processor expands one per kept token the same way).
+    pub fn text_with(&self, placeholder: &str) -> String {
         let mut out = String::new();
         for s in &self.segments {
             match s {
                 Segment::Text(t, _) => out.push_str(t),
                 Segment::Visual { tokens, .. } => {
                     for _ in 0..*tokens {
-                        out.push_str(self.placeholder);
+                        out.push_str(placeholder);
                     }
                 }
             }
         }
         out
+    }
+
+    /// The token ids a prefill of this render feeds, with `placeholder` standing for each visual
+    /// token: each text segment tokenised on its own, as [`Rendered::prompt`] does. This is what a
+    /// reference processor's `input_ids` must equal (tests/videollama3_parity.rs).
+    pub fn token_ids(&self, tokenizer: &Tokenizer, placeholder: u32) -> Vec<u32> {
+        let mut ids = Vec::new();
+        for s in &self.segments {
+            match s {
+                Segment::Text(t, mode) => tokenizer.encode_into(t, *mode, &mut ids),
+                Segment::Visual { tokens, .. } => {
+                    ids.extend(std::iter::repeat_n(placeholder, *tokens))
+                }
+            }
+        }
+        ids
     }
 
     /// The prompt to prefill: `rows[i]` holds span `i`'s kept tokens (`tokens * hidden` floats).

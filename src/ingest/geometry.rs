@@ -4,7 +4,7 @@
 //! the request, so a sliding window would change resolution, and with it DiffFP's comparisons. A
 //! streaming runtime fixes it per camera from the window length instead (DESIGN §4.1).
 
-use crate::config::VisionConfig;
+use crate::config::{ProcessorGeometry, VisionConfig};
 
 /// Pixels per merged token side: patch 14 x merge 2.
 pub const TOKEN_PX: u32 = 28;
@@ -66,6 +66,54 @@ pub fn reference_geometry(src_w: u32, src_h: u32, frames: u32, vision: &VisionCo
     }
 }
 
+/// The size transformers' VideoLLaMA3 video processor gives `frames` frames of a `src_w` x
+/// `src_h` source: Qwen2-VL's `smart_resize` with factor `patch * merge` (28), `min_pixels`, and
+/// `max_pixels` divided by the frame count (integer division, VideoLLaMA3's change to Qwen's rule;
+/// docs/ENGINES.md, "VideoLLaMA3 preprocessing"). Note the rule's `elif`: a frame shrunk to fit
+/// the budget is not raised back to `min_pixels`, so many frames can give fewer than
+/// `min_pixels / 784` tokens. `None` for an aspect ratio over 200, which the processor refuses.
+pub fn processor_geometry(
+    src_w: u32,
+    src_h: u32,
+    frames: u32,
+    p: &ProcessorGeometry,
+    factor: u32,
+) -> Option<Geometry> {
+    let f = f64::from(factor.max(1));
+    let (w, h) = (f64::from(src_w.max(1)), f64::from(src_h.max(1)));
+    if w.max(h) / w.min(h) > 200.0 {
+        return None;
+    }
+    let max_pixels = (p.max_pixels / u64::from(frames.max(1))) as f64;
+    let min_pixels = p.min_pixels as f64;
+    let mut hb = round_half_even(h / f) * f;
+    let mut wb = round_half_even(w / f) * f;
+    if hb * wb > max_pixels {
+        let beta = (h * w / max_pixels).sqrt();
+        hb = f.max((h / beta / f).floor() * f);
+        wb = f.max((w / beta / f).floor() * f);
+    } else if hb * wb < min_pixels {
+        let beta = (min_pixels / (h * w)).sqrt();
+        hb = (h * beta / f).ceil() * f;
+        wb = (w * beta / f).ceil() * f;
+    }
+    Some(Geometry {
+        width: wb as u32,
+        height: hb as u32,
+    })
+}
+
+/// The geometry a camera's frames get: the model's processor rule when it has one (frames capped
+/// at its `max_frames`), else the reference budget rule of `[vision]`.
+pub fn camera_geometry(src_w: u32, src_h: u32, frames: u32, vision: &VisionConfig) -> Geometry {
+    match &vision.processor {
+        Some(p) => processor_geometry(src_w, src_h, frames.min(p.max_frames), p, TOKEN_PX)
+            // An aspect ratio over 200 (which the processor refuses): the budget rule still sizes it.
+            .unwrap_or_else(|| reference_geometry(src_w, src_h, frames, vision)),
+        None => reference_geometry(src_w, src_h, frames, vision),
+    }
+}
+
 /// Python's `round()`: halves go to the even neighbour.
 fn round_half_even(x: f64) -> f64 {
     let r = x.round();
@@ -116,6 +164,40 @@ mod tests {
         assert!(g.tokens() >= 16, "{g}");
         assert_eq!(g.width % TOKEN_PX, 0);
         assert_eq!(g.height % TOKEN_PX, 0);
+    }
+
+    fn processor() -> ProcessorGeometry {
+        // transformers' VideoLlama3VideoProcessor defaults.
+        ProcessorGeometry {
+            min_pixels: 128 * 28 * 28,
+            max_pixels: 768 * 28 * 28,
+            max_frames: 180,
+        }
+    }
+
+    /// Values worked by hand from `smart_resize` (and checked against the processor itself by
+    /// tests/videollama3_parity.rs).
+    #[test]
+    fn the_processor_rule_divides_the_budget_by_the_frames() {
+        let p = processor();
+        let g = |w, h, n| processor_geometry(w, h, n, &p, 28).map(|g| (g.width, g.height));
+        // 602112 / 8 = 75264 px: 1288x728 is over it; beta = sqrt(921600 / 75264) = 3.499.
+        assert_eq!(g(1280, 720, 8), Some((364, 196)));
+        // One frame: 1288x728 is over the whole budget too; beta = sqrt(921600 / 602112) = 1.237.
+        assert_eq!(g(1280, 720, 1), Some((1008, 560)));
+        // 24 frames: shrunk to 28 tokens, below min_pixels' 128, and not raised (the `elif`).
+        assert_eq!(g(640, 360, 24), Some((196, 112)));
+        // A small source under the minimum is raised: 100x60 -> ceil to 128 tokens' worth.
+        let (w, h) = g(100, 60, 1).unwrap();
+        assert!(w * h >= 128 * 784 && w % 28 == 0 && h % 28 == 0, "{w}x{h}");
+        assert_eq!(g(10000, 20, 1), None);
+        // A camera with the processor rule follows it, its frames capped at max_frames.
+        let vision = VisionConfig {
+            processor: Some(ProcessorGeometry { max_frames: 8, ..p }),
+            ..VisionConfig::default()
+        };
+        let c = camera_geometry(1280, 720, 60, &vision);
+        assert_eq!((c.width, c.height), (364, 196));
     }
 
     #[test]

@@ -7,8 +7,11 @@ mod geometry;
 mod session;
 mod template;
 
-pub use geometry::{Geometry, TOKEN_PX, reference_geometry};
+pub use geometry::{Geometry, TOKEN_PX, camera_geometry, processor_geometry, reference_geometry};
 pub use session::{CameraShared, IngestError, Session, SessionEvent, init};
 pub use template::{ElementSpec, REQUIRED_NAMES, Template};
 mod probe;
+/// The reference resize (torch's antialiased bicubic, bit-exact), in its own crate so debug
+/// builds optimise it (crates/resize).
+pub use edgevlm_resize::{ResizeError, Resizer};
 pub use probe::{ProbeSummary, probe};

@@ -4,10 +4,11 @@
 //! the pipeline from its template, configures it through properties, and turns the streaming
 //! thread's output into sampled [`Frame`]s and bus messages into [`SessionEvent`]s.
 
-use super::geometry::{Geometry, reference_geometry};
+use super::geometry::{Geometry, camera_geometry};
 use super::template::Template;
-use crate::config::{CameraConfig, Secret, SourceUri, VisionConfig};
+use crate::config::{CameraConfig, Scaler, Secret, SourceUri, VisionConfig};
 use crate::ring::{Counters, Frame, SampleDecision, Sampler, handoff};
+use edgevlm_resize::Resizer;
 use futures_util::StreamExt;
 use gst_video::prelude::*;
 use ringbuf::traits::{Consumer as _, Producer as _};
@@ -261,7 +262,10 @@ impl Session {
         let frames_per_request = (cfg.window_frames() as u32).min(vision.max_frames);
         // The caps filter starts without a size unless the geometry is already fixed; the probe
         // fixes it from the first source caps (and records those caps for status either way).
-        capsfilter.set_property("caps", output_caps(shared.geometry.get().copied(), fps));
+        capsfilter.set_property(
+            "caps",
+            output_caps(shared.geometry.get().copied(), fps, cfg.scaler),
+        );
         install_geometry_probe(
             &scale,
             capsfilter.clone(),
@@ -269,6 +273,7 @@ impl Session {
             frames_per_request,
             *vision,
             fps,
+            cfg.scaler,
         )
         .map_err(&tpl_err)?;
         install_input_probe(&rate, shared.clone()).map_err(&tpl_err)?;
@@ -286,6 +291,7 @@ impl Session {
                     shared.clone(),
                     cfg.sample_fps,
                     cfg.uri.is_live(),
+                    cfg.scaler,
                 ))
                 .build(),
         );
@@ -528,14 +534,20 @@ fn set_from_str(el: &gst::Element, name: &str, value: &str) -> Result<(), String
     set_checked(el, name, v)
 }
 
-fn output_caps(geometry: Option<Geometry>, fps: gst::Fraction) -> gst::Caps {
+/// The caps the template delivers: RGB at the sample rate; with [`Scaler::Pipeline`] at the model
+/// geometry once known, with [`Scaler::Reference`] at the source size (the sample handler scales).
+fn output_caps(geometry: Option<Geometry>, fps: gst::Fraction, scaler: Scaler) -> gst::Caps {
     let b = gst_video::VideoCapsBuilder::new()
         .format(gst_video::VideoFormat::Rgb)
-        .pixel_aspect_ratio(gst::Fraction::new(1, 1))
         .framerate(fps);
-    match geometry {
-        Some(g) => b.width(g.width as i32).height(g.height as i32).build(),
-        None => b.build(),
+    match (scaler, geometry) {
+        (Scaler::Pipeline, Some(g)) => b
+            .pixel_aspect_ratio(gst::Fraction::new(1, 1))
+            .width(g.width as i32)
+            .height(g.height as i32)
+            .build(),
+        (Scaler::Pipeline, None) => b.pixel_aspect_ratio(gst::Fraction::new(1, 1)).build(),
+        (Scaler::Reference, _) => b.build(),
     }
 }
 
@@ -547,6 +559,7 @@ fn install_geometry_probe(
     frames_per_request: u32,
     vision: VisionConfig,
     fps: gst::Fraction,
+    scaler: Scaler,
 ) -> Result<(), String> {
     let pad = scale
         .static_pad("sink")
@@ -565,10 +578,10 @@ fn install_geometry_probe(
                 .clamp(1, i64::from(u32::MAX)) as u32;
             let fixed = shared.geometry.get().is_some();
             let g = *shared.geometry.get_or_init(|| {
-                reference_geometry(display_w, h.max(1) as u32, frames_per_request, &vision)
+                camera_geometry(display_w, h.max(1) as u32, frames_per_request, &vision)
             });
-            if !fixed {
-                capsfilter.set_property("caps", output_caps(Some(g), fps));
+            if !fixed && scaler == Scaler::Pipeline {
+                capsfilter.set_property("caps", output_caps(Some(g), fps, scaler));
             }
             *shared.source_caps.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(format!("{w}x{h} {}", s.get::<&str>("format").unwrap_or("")));
@@ -623,6 +636,7 @@ fn new_sample_handler(
     shared: Arc<CameraShared>,
     fps: f64,
     live: bool,
+    scaler: Scaler,
 ) -> SampleHandler {
     let resume = shared.resume();
     let mut sampler = Sampler::new(fps);
@@ -645,6 +659,8 @@ fn new_sample_handler(
         started: Instant::now(),
     };
     let mut info_cache: Option<(gst::Caps, gst_video::VideoInfo)> = None;
+    // Built for the first frame's source size and the camera's geometry; rebuilt if either changes.
+    let mut resizer: Option<Resizer> = None;
     Box::new(move |sink| {
         let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
         let Some(buffer) = sample.buffer() else {
@@ -670,8 +686,24 @@ fn new_sample_handler(
         let Some((_, info)) = &info_cache else {
             return Err(gst::FlowError::NotNegotiated);
         };
-        let Some(rgb) = copy_packed_rgb(buffer, info) else {
-            return Err(gst::FlowError::Error);
+        // Only sampled frames are copied (or scaled, reading the source frame in place).
+        let (rgb, width, height) = match scaler {
+            Scaler::Pipeline => match copy_packed_rgb(buffer, info) {
+                Some(rgb) => (rgb, info.width(), info.height()),
+                None => return Err(gst::FlowError::Error),
+            },
+            Scaler::Reference => {
+                let Some(g) = shared.geometry.get().copied() else {
+                    return Err(gst::FlowError::NotNegotiated);
+                };
+                match scale_reference(buffer, info, g, &mut resizer) {
+                    Ok(rgb) => (rgb, g.width, g.height),
+                    Err(e) => {
+                        tracing::error!(camera = %shared.id, error = %e, "Cannot scale a frame");
+                        return Err(gst::FlowError::Error);
+                    }
+                }
+            }
         };
         let seq = {
             let mut r = shared.resume.lock().unwrap_or_else(|p| p.into_inner());
@@ -685,8 +717,8 @@ fn new_sample_handler(
             seq,
             pts,
             wall_time: SystemTime::now(),
-            width: info.width(),
-            height: info.height(),
+            width,
+            height,
             rgb,
             tokens: None,
         };
@@ -698,6 +730,34 @@ fn new_sample_handler(
         notify.notify_one();
         Ok(gst::FlowSuccess::Ok)
     })
+}
+
+/// Scales a source-size RGB buffer to the model geometry with the reference's resize, reading the
+/// buffer in place through its stride.
+fn scale_reference(
+    buffer: &gst::BufferRef,
+    info: &gst_video::VideoInfo,
+    g: Geometry,
+    resizer: &mut Option<Resizer>,
+) -> Result<Box<[u8]>, String> {
+    let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, info)
+        .map_err(|e| format!("cannot map the frame: {e}"))?;
+    let stride = frame
+        .plane_stride()
+        .first()
+        .and_then(|s| usize::try_from(*s).ok())
+        .ok_or("the frame has no stride")?;
+    let data = frame.plane_data(0).map_err(|e| format!("no plane: {e}"))?;
+    let src = (frame.width(), frame.height());
+    let fits = |r: &Resizer| r.src_size() == src && r.dst_size() == (g.width, g.height);
+    if !resizer.as_ref().is_some_and(fits) {
+        *resizer = Some(Resizer::new(src.0, src.1, g.width, g.height).map_err(|e| e.to_string())?);
+    }
+    let r = resizer.as_mut().ok_or("no resizer")?;
+    let mut out = vec![0u8; r.dst_len()].into_boxed_slice();
+    r.resize(data, stride, &mut out)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// Copies an RGB buffer row by row using its stride (GStreamer pads rows to 4 bytes).
