@@ -77,11 +77,19 @@ impl Profile {
 
 /// The vision encoder's profile: 1..=`batch_frames` frames, heights and widths spanning the
 /// geometries (the largest is the tuned shape). With no geometry known the range is one token up to
-/// 1288x728 (a single 720p frame at the reference budget).
+/// 1288x728 (a single 720p frame at the reference budget), or, for a model with its own processor
+/// rule (`[vision.processor]`), up to the side of a 16:9 frame of its largest area either way round.
 pub fn vision_profile(m: &Manifest, geometries: &[Geometry], batch_frames: usize) -> Profile {
     let px = i64::from(m.vision.token_px());
     let (min_h, max_h, min_w, max_w, opt) = if geometries.is_empty() {
-        (px, 728, px, 1288, (196, 336))
+        match &m.vision.processor {
+            Some(p) => {
+                let area = p.max_pixels.max(p.min_pixels) as f64;
+                let side = ((area * 16.0 / 9.0).sqrt() / px as f64).ceil() as i64 * px;
+                (px, side, px, side, (196, 336))
+            }
+            None => (px, 728, px, 1288, (196, 336)),
+        }
     } else {
         let hs = geometries.iter().map(|g| i64::from(g.height));
         let ws = geometries.iter().map(|g| i64::from(g.width));
@@ -289,6 +297,23 @@ mod tests {
         assert_eq!(p.min_shapes(), "pixel_values:1x3x140x280");
         assert_eq!(p.opt_shapes(), "pixel_values:1x3x224x308"); // 88 tokens beat 336x196's 84
         assert_eq!(p.max_shapes(), "pixel_values:4x3x224x336");
+    }
+
+    #[test]
+    fn a_model_with_a_processor_rule_bounds_the_vision_profile_by_its_largest_frame() {
+        let mut m = tiny();
+        m.vision.processor = Some(crate::engine::ProcessorSpec {
+            resize: crate::engine::ResizeRule::SmartResize,
+            resample: crate::engine::Resample::Bicubic,
+            min_pixels: 128 * 784,
+            max_pixels: 768 * 784,
+            max_frames: 180,
+            use_token_compression: true,
+        });
+        // sqrt(602112 * 16 / 9) = 1034.6 -> 1036: a single 16:9 frame (1008x560) fits either way.
+        let p = vision_profile(&m, &[], 2);
+        assert_eq!(p.max_shapes(), "pixel_values:2x3x1036x1036");
+        assert_eq!(p.min_shapes(), "pixel_values:1x3x28x28");
     }
 
     #[test]
