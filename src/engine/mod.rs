@@ -411,56 +411,22 @@ impl std::fmt::Display for CheckReport {
 /// session's tensor contract, and one smoke run through each model.
 pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
     let manifest = Manifest::load(&opts.model_dir)?;
+    let checksums = manifest.generator.as_ref().map(|g| &g.sha256);
     let mut files = Vec::new();
     for (key, path) in manifest.file_paths() {
-        let meta = std::fs::metadata(&path).map_err(|_| EngineError::MissingFile {
-            file: path.clone(),
-            key,
-        })?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let expected = manifest
-            .generator
-            .as_ref()
-            .and_then(|g| g.sha256.get(&name));
-        if let Some(expected) = expected {
-            let found = sha256_file(&path)?;
-            if !found.eq_ignore_ascii_case(expected) {
-                return Err(EngineError::Checksum {
-                    file: path,
-                    expected: expected.clone(),
-                    found,
-                    size_bytes: meta.len(),
-                });
-            }
-        }
-        files.push((path, meta.len(), expected.is_some()));
+        let expected = checksums.and_then(|c| c.get(&name));
+        files.push(verify_file(path, key, expected)?);
     }
     // Files the checksums name beyond the four (the graphs' external weight data, `*.onnx.data`):
     // a missing or truncated one is named here, not as an ONNX Runtime load error.
-    let named: Vec<PathBuf> = files.iter().map(|(p, _, _)| p.clone()).collect();
-    if let Some(g) = &manifest.generator {
-        for (name, expected) in &g.sha256 {
-            let path = manifest.dir.join(name);
-            if named.contains(&path) {
-                continue;
-            }
-            let meta = std::fs::metadata(&path).map_err(|_| EngineError::MissingFile {
-                file: path.clone(),
-                key: "generator.sha256",
-            })?;
-            let found = sha256_file(&path)?;
-            if !found.eq_ignore_ascii_case(expected) {
-                return Err(EngineError::Checksum {
-                    file: path,
-                    expected: expected.clone(),
-                    found,
-                    size_bytes: meta.len(),
-                });
-            }
-            files.push((path, meta.len(), true));
+    for (name, expected) in checksums.into_iter().flatten() {
+        let path = manifest.dir.join(name);
+        if !files.iter().any(|(p, _, _)| *p == path) {
+            files.push(verify_file(path, "generator.sha256", Some(expected))?);
         }
     }
     let engines = Engines::load(opts)?;
@@ -545,6 +511,31 @@ pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
         smoke,
         load_time: engines.load_time(),
     })
+}
+
+/// A model file's `(path, size, checksum verified)`: present, and equal to its checksum if the
+/// manifest has one.
+fn verify_file(
+    path: PathBuf,
+    key: &'static str,
+    expected: Option<&String>,
+) -> Result<(PathBuf, u64, bool), EngineError> {
+    let meta = std::fs::metadata(&path).map_err(|_| EngineError::MissingFile {
+        file: path.clone(),
+        key,
+    })?;
+    if let Some(expected) = expected {
+        let found = sha256_file(&path)?;
+        if !found.eq_ignore_ascii_case(expected) {
+            return Err(EngineError::Checksum {
+                file: path,
+                expected: expected.clone(),
+                found,
+                size_bytes: meta.len(),
+            });
+        }
+    }
+    Ok((path, meta.len(), expected.is_some()))
 }
 
 /// Lower-case hex sha256 of a file, streamed.
