@@ -14,6 +14,8 @@
 //! - `generate/64_tokens`: the greedy decode loop, tokens per second.
 //! - `fork/cache_2048`: forking a 2048-position cache.
 
+mod common;
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use edgevlm::engine::{EngineOptions, Engines, LogitRows};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache, Prompt};
@@ -22,17 +24,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn threads() -> usize {
-    std::env::var("EDGEVLM_BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-}
-
-fn device() -> String {
-    format!("cpu{}", threads())
-}
-
 fn generator() -> Generator {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
     assert!(
@@ -40,7 +31,7 @@ fn generator() -> Generator {
         "run scripts/setup.sh first (it generates engines/tiny/model)"
     );
     let mut opts = EngineOptions::cpu(&dir);
-    opts.threads = threads();
+    opts.threads = common::threads();
     opts.prefill_chunk_tokens = 512;
     Generator::new(Arc::new(Engines::load(&opts).expect("load the tiny model")))
 }
@@ -59,7 +50,7 @@ fn cache_of(g: &Generator, len: usize) -> KvCache {
 
 fn bench(c: &mut Criterion) {
     let g = generator();
-    let dev = device();
+    let dev = common::device();
 
     let mut group = c.benchmark_group(format!("{dev}/vision_encoder"));
     for (w, h) in [(336u32, 196u32), (56, 56)] {

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use edgevlm::ingest::Resizer;
 
-/// (source, target): 1080p and 720p at a 180- and a 60-frame window, VGA at 180 (REFERENCE §1b).
+/// (source, target): 1080p and 720p at a 180- and a 60-frame window, VGA at 180 (the `[vision]` rule, docs/CONFIG.md).
 const CASES: [((u32, u32), (u32, u32)); 3] = [
     ((1920, 1080), (336, 196)),
     ((1280, 720), (616, 336)),

@@ -34,6 +34,8 @@
 //! geometry); when its JSON is there, the summary at the end prints both and the ratios, of the
 //! medians and of the fastest samples (on a shared machine, contention only adds time).
 
+mod common;
+
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use edgevlm::engine::{EngineOptions, Engines};
 use edgevlm::generate::render::{self, FrameSlot, Role};
@@ -52,17 +54,6 @@ const CLIP: &str = "moving";
 const WINDOWS: [usize; 2] = [60, 180];
 /// Positions the decode step attends over (cached + the token fed).
 const DECODE_CACHE: usize = 300;
-
-fn threads() -> usize {
-    std::env::var("EDGEVLM_BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-}
-
-fn device() -> String {
-    format!("cpu{}", threads())
-}
 
 fn root() -> PathBuf {
     std::env::var_os("EDGEVLM_VIDEOLLAMA3_PARITY")
@@ -114,7 +105,7 @@ fn fixture() -> Fixture {
         missing(&model.join("manifest.toml"), e);
     }
     let mut opts = EngineOptions::cpu(&model);
-    opts.threads = threads();
+    opts.threads = common::threads();
     let engines = Engines::load(&opts).expect("the exported model loads");
     Fixture {
         generator: Generator::new(Arc::new(engines)),
@@ -244,7 +235,7 @@ fn bench(c: &mut Criterion) {
     let f = fixture();
     let g = &f.generator;
     let case = &f.case;
-    let dev = device();
+    let dev = common::device();
     let mut resizer = Resizer::new(
         case.source_width,
         case.source_height,
@@ -400,28 +391,10 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-/// Where criterion writes its results: found as criterion finds it (`CARGO_TARGET_DIR`, else
-/// `cargo metadata`), so the summary can read them back.
-fn criterion_dir() -> PathBuf {
-    let metadata = || {
-        let out = std::process::Command::new(std::env::var_os("CARGO")?)
-            .args(["metadata", "--format-version", "1", "--no-deps"])
-            .output()
-            .ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        Some(PathBuf::from(v["target_directory"].as_str()?))
-    };
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(metadata)
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("criterion")
-}
-
 /// The median and the fastest sample (ms per iteration) criterion saved for
 /// `group/function[/value]` during this run.
 fn measured(group: &str, path: &str, since: SystemTime) -> Option<(f64, f64)> {
-    let dir = criterion_dir()
+    let dir = common::criterion_dir()
         .join(group.replace('/', "_"))
         .join(path)
         .join("new");
@@ -447,7 +420,7 @@ fn measured(group: &str, path: &str, since: SystemTime) -> Option<(f64, f64)> {
 }
 
 fn summary(since: SystemTime) {
-    let dev = device();
+    let dev = common::device();
     let reference: Option<serde_json::Value> = std::fs::read(root().join("bench_reference.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());

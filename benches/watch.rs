@@ -30,6 +30,8 @@
 //! Setup lines (`watch: ...`) say what each cache holds and where the time goes (engine seconds);
 //! at the end, the medians criterion saved during this run are printed as a summary (stderr).
 
+mod common;
+
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri};
 use edgevlm::engine::{EngineOptions, EngineStatsSnapshot, Engines};
@@ -40,7 +42,7 @@ use edgevlm::prune::{PruneParams, Pruner};
 use edgevlm::query::{AskLimits, AskRequest, QueryService};
 use edgevlm::ring::{Frame, TokenMask};
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -62,17 +64,6 @@ const TTFT_FRAMES: [usize; 3] = [60, 180, 600];
 /// Narration windows (seconds at 1 fps).
 const STEP_WINDOWS: [u64; 2] = [60, 600];
 
-fn threads() -> usize {
-    std::env::var("EDGEVLM_BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-}
-
-fn device() -> String {
-    format!("cpu{}", threads())
-}
-
 /// The tiny model, copied to a temporary directory with `max_context` raised to [`MAX_CONTEXT`].
 fn generator() -> Generator {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
@@ -93,7 +84,7 @@ fn generator() -> Generator {
     }
     std::fs::write(dir.join("manifest.toml"), manifest).unwrap();
     let mut opts = EngineOptions::cpu(&dir);
-    opts.threads = threads();
+    opts.threads = common::threads();
     opts.prefill_chunk_tokens = 512;
     let engines = Engines::load(&opts).expect("load the tiny model");
     // The sessions and the tokenizer are in memory now.
@@ -276,7 +267,7 @@ fn median_of(mut v: Vec<Duration>) -> Duration {
 
 fn bench(c: &mut Criterion) {
     let g = generator();
-    let dev = device();
+    let dev = common::device();
 
     // ---- Time to first token: memory (live cache) vs re-encoding the window per request.
     let mut group = c.benchmark_group(format!("{dev}/ttft"));
@@ -460,24 +451,6 @@ struct StepCounts {
 
 static STEP_COUNTS: std::sync::Mutex<Vec<StepCounts>> = std::sync::Mutex::new(Vec::new());
 
-/// Where criterion writes its results: found as criterion finds it (`CARGO_TARGET_DIR`, else
-/// `cargo metadata`), so the summary can read them back.
-fn criterion_dir() -> PathBuf {
-    let metadata = || {
-        let out = std::process::Command::new(std::env::var_os("CARGO")?)
-            .args(["metadata", "--format-version", "1", "--no-deps"])
-            .output()
-            .ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        Some(PathBuf::from(v["target_directory"].as_str()?))
-    };
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(metadata)
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("criterion")
-}
-
 /// The median criterion saved for `group/function/value` during this run, in seconds.
 fn median(
     group: &str,
@@ -485,7 +458,7 @@ fn median(
     value: impl std::fmt::Display,
     since: SystemTime,
 ) -> Option<f64> {
-    let path = criterion_dir()
+    let path = common::criterion_dir()
         .join(group.replace('/', "_"))
         .join(function)
         .join(value.to_string())
@@ -505,7 +478,7 @@ fn ms(v: Option<f64>) -> String {
 }
 
 fn summary(since: SystemTime) {
-    let dev = device();
+    let dev = common::device();
     let ttft = format!("{dev}/ttft");
     eprintln!("\nwatch summary (criterion medians, tiny model, {dev}):");
     eprintln!("  time to first token    memory (live cache)   re-encode    re-encode / memory");

@@ -48,7 +48,7 @@ from resize_reference import synthetic  # noqa: E402
 BLOCK = 28
 THRESHOLD = 117.6  # sum of |delta u8| over a 28x28x3 block
 TIMING = [((1920, 1080), (336, 196)), ((1280, 720), (616, 336)), ((640, 480), (308, 224))]
-# (clip source size, target): 1080p at a 180-frame window, 720p at a 60-frame one (REFERENCE §1b).
+# (clip source size, target): 1080p at a 180-frame window, 720p at a 60-frame one (the `[vision]` rule, docs/CONFIG.md).
 GEOMETRIES = [((1920, 1080), (336, 196)), ((1280, 720), (616, 336))]
 
 

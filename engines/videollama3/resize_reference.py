@@ -59,7 +59,7 @@ GST_SOURCES = [
 # (width, height) of synthetic photo-like images.
 SYNTH_SOURCES = [(1920, 1080), (1280, 720), (640, 480), (320, 240), (100, 60), (333, 211), (336, 196)]
 
-# Target sizes per source size. Model geometries (REFERENCE §1b) plus edge cases: upscale (100x60),
+# Target sizes per source size. Model geometries (the `[vision]` rule, docs/CONFIG.md) plus edge cases: upscale (100x60),
 # mixed (333x211 -> 308x224: width down, height up), one axis only (640x480 -> 640x224 and
 # 308x480), identity (336x196 -> 336x196).
 TARGETS = {

@@ -60,7 +60,7 @@ pub struct RuntimeConfig {
     pub state_dir: PathBuf,
 }
 
-/// The visual-token budget (`[vision]`), as the reference resize rule uses it (REFERENCE §1b).
+/// The visual-token budget (`[vision]`), as the reference resize rule uses it (docs/CONFIG.md, `[vision]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VisionConfig {
     /// Visual tokens the model accepts for one request (reference class default 16384).
@@ -684,7 +684,7 @@ fn decode_camera(
     })
 }
 
-/// DiffFP keys of a camera; the defaults are the reference values (REFERENCE §1a).
+/// DiffFP keys of a camera; the defaults are the reference values (docs/ARCHITECTURE.md, "Prune (DiffFP)").
 fn decode_prune(
     f: &mut Fields<'_>,
     size: Option<(u32, u32)>,

@@ -211,7 +211,7 @@ impl TextSpec {
     }
 }
 
-/// The literal of the visual placeholder token, by checkpoint convention (REFERENCE §1c).
+/// The literal of the visual placeholder token, by checkpoint convention (docs/ENGINES.md, "VideoLLaMA3 prompt").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 pub enum ImageLiteral {
     /// `<image>`: the remote-code checkpoints' and the tiny model's.

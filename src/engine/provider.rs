@@ -1,7 +1,7 @@
 //! Choosing an execution provider per model and registering it on a session.
 //!
 //! A requested provider is registered with `error_on_failure`: if ONNX Runtime cannot use it the
-//! session is not created, instead of quietly running on the CPU (FACTS §2.4). One module per
+//! session is not created, instead of quietly running on the CPU (docs/ENGINES.md, "Execution providers"). One module per
 //! provider: [`super::cpu`], [`super::cuda`], [`super::tensorrt`].
 
 use super::error::EngineError;

@@ -1,7 +1,7 @@
 //! Finding, checking and starting the ONNX Runtime shared library.
 //!
 //! ort's implicit loader panics when the library is missing, and any ort call made after a failed
-//! load panics too (FACTS §2), so nothing here touches ort before the library has been found and
+//! load panics too (docs/ENGINES.md, "ONNX Runtime"), so nothing here touches ort before the library has been found and
 //! probed by hand: a wrong installation is an [`EngineError`] that says what to install.
 
 use super::error::EngineError;

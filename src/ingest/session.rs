@@ -540,14 +540,13 @@ fn output_caps(geometry: Option<Geometry>, fps: gst::Fraction, scaler: Scaler) -
     let b = gst_video::VideoCapsBuilder::new()
         .format(gst_video::VideoFormat::Rgb)
         .framerate(fps);
-    match (scaler, geometry) {
-        (Scaler::Pipeline, Some(g)) => b
-            .pixel_aspect_ratio(gst::Fraction::new(1, 1))
-            .width(g.width as i32)
-            .height(g.height as i32)
-            .build(),
-        (Scaler::Pipeline, None) => b.pixel_aspect_ratio(gst::Fraction::new(1, 1)).build(),
-        (Scaler::Reference, _) => b.build(),
+    if scaler == Scaler::Reference {
+        return b.build();
+    }
+    let b = b.pixel_aspect_ratio(gst::Fraction::new(1, 1));
+    match geometry {
+        Some(g) => b.width(g.width as i32).height(g.height as i32).build(),
+        None => b.build(),
     }
 }
 

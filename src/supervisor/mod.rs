@@ -516,7 +516,7 @@ impl CameraTask {
         outcome
     }
 
-    /// Frame-age watchdog: a frozen RTSP server produces no error for ~26 s (FACTS §1.6).
+    /// Frame-age watchdog: a frozen RTSP server produces no error for ~26 s (docs/ARCHITECTURE.md, "Supervision").
     fn watchdog(&self, started: Instant) -> Option<String> {
         match self.shared.last_input() {
             None if started.elapsed() > self.cfg.connect_timeout => Some(format!(

@@ -1,0 +1,35 @@
+//! Helpers shared by the benches that run ONNX Runtime sessions (engine, watch, videollama3).
+#![allow(dead_code)] // each bench binary uses a different subset
+
+use std::path::PathBuf;
+
+/// Intra-op threads of the sessions (`EDGEVLM_BENCH_THREADS`, default 1).
+pub fn threads() -> usize {
+    std::env::var("EDGEVLM_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The device prefix of bench names (`cpu1`, `cpu2`, ...).
+pub fn device() -> String {
+    format!("cpu{}", threads())
+}
+
+/// Where criterion writes its results: found as criterion finds it (`CARGO_TARGET_DIR`, else
+/// `cargo metadata`), so a summary can read them back.
+pub fn criterion_dir() -> PathBuf {
+    let metadata = || {
+        let out = std::process::Command::new(std::env::var_os("CARGO")?)
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(PathBuf::from(v["target_directory"].as_str()?))
+    };
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .or_else(metadata)
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("criterion")
+}
