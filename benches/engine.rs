@@ -31,8 +31,8 @@ fn generator() -> Generator {
         "run scripts/setup.sh first (it generates engines/tiny/model)"
     );
     let mut opts = EngineOptions::cpu(&dir);
-    opts.threads = common::threads();
-    opts.prefill_chunk_tokens = 512;
+    opts.engine.threads = (common::threads()) as u32;
+    opts.engine.prefill_chunk_tokens = 512;
     Generator::new(Arc::new(Engines::load(&opts).expect("load the tiny model")))
 }
 

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 const SECONDS: u32 = 20;
 const RUNS: usize = 3;
-const GEOMETRY: (u32, u32) = (336, 196); // 1080p with a 180-frame window (REFERENCE §1b)
+const GEOMETRY: (u32, u32) = (336, 196); // 1080p with a 180-frame window (docs/REFERENCE.md §1b)
 
 fn main() {
     // `cargo bench` passes harness flags such as `--bench`; a filter argument selects nothing here.

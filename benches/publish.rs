@@ -12,10 +12,9 @@
 //!    as the outbox accounts it and as the process's resident memory grows.
 
 use edgevlm::config::{BrokerChoice, MqttConfig};
-use edgevlm::publish::{
-    self, CameraDirectory, Endpoint, Narration, Publisher, QueryRequest, ReplyTo, StartOptions,
-    Trigger,
-};
+use edgevlm::narrate::{Narration, Trigger};
+use edgevlm::publish::{self, Endpoint, Publisher, QueryRequest, ReplyTo, StartOptions};
+use edgevlm::query::CameraDirectory;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -105,7 +105,7 @@ fn fixture() -> Fixture {
         missing(&model.join("manifest.toml"), e);
     }
     let mut opts = EngineOptions::cpu(&model);
-    opts.threads = common::threads();
+    opts.engine.threads = (common::threads()) as u32;
     let engines = Engines::load(&opts).expect("the exported model loads");
     Fixture {
         generator: Generator::new(Arc::new(engines)),

@@ -13,7 +13,7 @@
 //! - `ttft/reencode/{frames}`: what the reference pipelines do per request: the vision encoder on
 //!   the `frames` raw frames, their DiffFP-kept tokens, the `videollama3_stream` render and the
 //!   question prefilled from an empty cache, then one token (wall time of all of it).
-//! - `step/window/{secs}`: `Watcher::step` for one new frame (encode, memory, live cache append,
+//! - `step/window/{secs}`: `CameraWatch::step` for one new frame (encode, memory, live cache append,
 //!   no narration trigger) at 1 fps on a window of `secs` seconds that is already full. Each
 //!   iteration steps a whole number of rebuild periods and reports the time per frame, so the
 //!   live cache's rebuilds from memory are included, amortised.
@@ -37,10 +37,11 @@ use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig,
 use edgevlm::engine::{EngineOptions, EngineStatsSnapshot, Engines};
 use edgevlm::generate::render::{self, FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator};
-use edgevlm::memory::{CameraMemory, Outputs, RebuildReason, WatchStats, Watcher, WorkerOptions};
+use edgevlm::memory::{CameraMemory, RebuildReason, WatchStats};
 use edgevlm::prune::{PruneParams, Pruner};
 use edgevlm::query::{AskLimits, AskRequest, QueryService};
 use edgevlm::ring::{Frame, TokenMask};
+use edgevlm::watch::{CameraWatch, Outputs, WatchOptions};
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
@@ -84,8 +85,8 @@ fn generator() -> Generator {
     }
     std::fs::write(dir.join("manifest.toml"), manifest).unwrap();
     let mut opts = EngineOptions::cpu(&dir);
-    opts.threads = common::threads();
-    opts.prefill_chunk_tokens = 512;
+    opts.engine.threads = (common::threads()) as u32;
+    opts.engine.prefill_chunk_tokens = 512;
     let engines = Engines::load(&opts).expect("load the tiny model");
     // The sessions and the tokenizer are in memory now.
     let _ = std::fs::remove_dir_all(&dir);
@@ -152,7 +153,7 @@ impl Scene {
 }
 
 /// A watcher with no narration trigger on a 1 fps camera keeping `window_secs`.
-fn watcher(generator: &Generator, window_secs: u64) -> (Watcher, Arc<CameraMemory>) {
+fn watcher(generator: &Generator, window_secs: u64) -> (CameraWatch, Arc<CameraMemory>) {
     let mut cam = CameraConfig::new("cam", SourceUri::parse("test://ball").unwrap());
     cam.window = Duration::from_secs(window_secs);
     cam.sample_fps = 1.0;
@@ -165,10 +166,10 @@ fn watcher(generator: &Generator, window_secs: u64) -> (Watcher, Arc<CameraMemor
         cam.window,
         cam.window_frames() + 1,
     ));
-    let w = Watcher::new(
+    let w = CameraWatch::new(
         generator.clone(),
         memory.clone(),
-        WorkerOptions {
+        WatchOptions {
             camera: cam,
             system: Some(SYSTEM.into()),
             budget: BUDGET,

@@ -18,7 +18,8 @@ use std::sync::Arc;
 /// engines/tiny/check.py uses for ONNX Runtime in Python).
 const LOGIT_TOLERANCE: f32 = 1e-4;
 
-/// A chat prompt with two frames of visual tokens interleaved with text, as DESIGN §4.5 lays out.
+/// A chat prompt with two frames of visual tokens interleaved with text, in VideoLLaMA3's offline
+/// format (docs/REFERENCE.md §1c).
 fn video_prompt(g: &Generator) -> (Vec<f32>, Vec<f32>) {
     let vision = g.engines().vision();
     let a = engine_common::frame(56, 56, 1);
@@ -103,7 +104,7 @@ fn incremental_decoding_gives_the_logits_of_one_full_recomputation() {
 
     // The generator's chunked prefill (chunks of 4) lands on the same last-row logits.
     let mut opts = engine_common::options(&engine_common::tiny_dir());
-    opts.prefill_chunk_tokens = 4;
+    opts.engine.prefill_chunk_tokens = 4;
     let chunked = Generator::new(Arc::new(Engines::load(&opts).unwrap()));
     let p = chunked
         .prefill(
@@ -341,7 +342,7 @@ fn the_context_limit_refuses_a_prompt_and_ends_a_generation() {
 #[test]
 fn engine_stats_count_every_run_its_items_and_its_time() {
     let mut opts = engine_common::options(&engine_common::tiny_dir());
-    opts.vision_batch_frames = 2;
+    opts.engine.vision_batch_frames = 2;
     let engines = Engines::load(&opts).unwrap();
     assert_eq!(engines.stats(), EngineStatsSnapshot::default());
 

@@ -32,7 +32,7 @@ fn contract(err: EngineError) -> (PathBuf, String, String, String) {
 #[test]
 fn a_missing_onnx_runtime_library_says_what_to_install_instead_of_panicking() {
     let mut opts = engine_common::options(&engine_common::tiny_dir());
-    opts.library = Some(PathBuf::from("/nonexistent/libonnxruntime.so.1.32.0"));
+    opts.engine.onnxruntime_library = Some(PathBuf::from("/nonexistent/libonnxruntime.so.1.32.0"));
     let err = Engines::load(&opts).unwrap_err();
     assert!(matches!(err, EngineError::LibraryNotFound { .. }), "{err}");
     assert_eq!(err.kind(), ErrorKind::Setup);
@@ -53,7 +53,7 @@ fn a_file_that_is_not_onnx_runtime_is_refused_before_ort_loads_it() {
     let fake = dir.join("libonnxruntime.so.1.32.0");
     std::fs::write(&fake, b"not a shared library").unwrap();
     let mut opts = engine_common::options(&engine_common::tiny_dir());
-    opts.library = Some(fake.clone());
+    opts.engine.onnxruntime_library = Some(fake.clone());
     let err = Engines::load(&opts).unwrap_err();
     assert!(matches!(err, EngineError::LibraryUnusable { .. }), "{err}");
     assert!(err.to_string().contains("it cannot be opened"), "{err}");
@@ -68,7 +68,7 @@ fn a_file_that_is_not_onnx_runtime_is_refused_before_ort_loads_it() {
     .map(PathBuf::from)
     .find(|p| p.exists());
     if let Some(lib) = other {
-        opts.library = Some(lib);
+        opts.engine.onnxruntime_library = Some(lib);
         let err = Engines::load(&opts).unwrap_err().to_string();
         assert!(err.contains("does not export OrtGetApiBase"), "{err}");
     }

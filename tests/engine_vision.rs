@@ -28,7 +28,7 @@ fn visual_token_shapes_follow_the_geometry() {
 #[test]
 fn frames_are_encoded_independently_so_batching_does_not_change_tokens() {
     let mut opts = engine_common::options(&engine_common::tiny_dir());
-    opts.vision_batch_frames = 2;
+    opts.engine.vision_batch_frames = 2;
     let e = Engines::load(&opts).unwrap();
     let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(84, 56, i)).collect();
     let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();

@@ -26,7 +26,7 @@ async fn frames_arrive_at_the_sample_fps_with_the_model_geometry() {
     let sup = Supervisor::start(&cfg);
     let cam = sup.camera("cam").unwrap();
     assert!(
-        wait_until(Duration::from_secs(30), || cam.window.info().frames >= 12).await,
+        wait_until(Duration::from_secs(60), || cam.window.info().frames >= 12).await,
         "only {} frames; status {:?}",
         cam.window.info().frames,
         cam.status()
@@ -113,7 +113,7 @@ async fn a_camera_that_disappears_and_returns_runs_again_with_the_retry_counted(
     let sup = Supervisor::start(&cfg);
     let cam = sup.camera("door").unwrap();
     assert!(
-        wait_until(Duration::from_secs(20), || cam.status().state
+        wait_until(Duration::from_secs(60), || cam.status().state
             == CameraState::Running)
         .await,
         "never ran: {:?}",
@@ -123,7 +123,7 @@ async fn a_camera_that_disappears_and_returns_runs_again_with_the_retry_counted(
 
     camera.kill();
     assert!(
-        wait_until(Duration::from_secs(10), || cam.status().restarts >= 1).await,
+        wait_until(Duration::from_secs(30), || cam.status().restarts >= 1).await,
         "the disappearance was not noticed: {:?}",
         cam.status()
     );
@@ -159,20 +159,22 @@ async fn a_frozen_camera_is_detected_by_the_frame_age_watchdog() {
     let sup = Supervisor::start(&cfg);
     let cam = sup.camera("hung").unwrap();
     assert!(
-        wait_until(Duration::from_secs(20), || cam.status().state
+        wait_until(Duration::from_secs(60), || cam.status().state
             == CameraState::Running)
         .await
     );
 
     camera.freeze();
     let frozen_at = std::time::Instant::now();
-    // rtspsrc alone reports nothing for ~26 s (FACTS §1.6); the watchdog must act within stall_secs.
+    // rtspsrc alone reports nothing for ~26 s (docs/ARCHITECTURE.md, "Platform facts"); the
+    // watchdog acts after stall_secs (2 s). The bound leaves a slow machine ten times that, and
+    // stays below what rtspsrc would take; the reason proves the watchdog acted.
     assert!(
-        wait_until(Duration::from_secs(8), || cam.status().restarts >= 1).await,
+        wait_until(Duration::from_secs(20), || cam.status().restarts >= 1).await,
         "not detected: {:?}",
         cam.status()
     );
-    assert!(frozen_at.elapsed() < Duration::from_secs(8));
+    assert!(frozen_at.elapsed() < Duration::from_secs(20));
     let reason = cam.status().reason.unwrap_or_default();
     assert!(reason.contains("stalled"), "{reason}");
 
@@ -199,16 +201,43 @@ async fn a_failing_camera_does_not_disturb_the_rate_of_another() {
     let sup = Supervisor::start(&cfg);
     let good = sup.camera("good").unwrap();
     let bad = sup.camera("dead").unwrap();
-    assert!(wait_until(Duration::from_secs(20), || good.window.info().frames >= 2).await);
+    assert!(wait_until(Duration::from_secs(60), || good.window.info().frames >= 2).await);
     let start = good.window.latest().unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let end = good.window.latest().unwrap();
-    let sampled = end.seq - start.seq;
-    let span = (end.pts - start.pts).as_secs_f64();
+    let bad_before = bad.status().restarts;
+    // Eight frames of the good camera while the dead one fails at least three more times.
     assert!(
-        (7..=9).contains(&sampled),
-        "{sampled} frames in 4 s at 2 fps"
+        wait_until(Duration::from_secs(60), || good
+            .window
+            .latest()
+            .unwrap()
+            .seq
+            >= start.seq + 8
+            && bad.status().restarts >= bad_before + 3)
+        .await,
+        "good at seq {} from {}; dead retried {} times",
+        good.window.latest().unwrap().seq,
+        start.seq,
+        bad.status().restarts
     );
+    // The rate in stream time, where a disturbance shows however slowly this machine runs: with
+    // `videorate drop-only=true` a frame the good camera lost leaves a hole in the 0.5 s grid.
+    let frames: Vec<_> = good
+        .window
+        .last(1000)
+        .into_iter()
+        .filter(|f| f.seq >= start.seq)
+        .collect();
+    let pts: Vec<f64> = frames.iter().map(|f| f.pts.as_secs_f64()).collect();
+    assert!(frames.len() >= 9, "{pts:?}");
+    for pair in frames.windows(2) {
+        let gap = (pair[1].pts - pair[0].pts).as_secs_f64();
+        assert_eq!(pair[1].seq, pair[0].seq + 1, "{pts:?}");
+        // Each pick is within one 15 fps source frame of its grid point.
+        assert!((gap - 0.5).abs() <= 1.0 / 15.0 + 0.01, "{pts:?}");
+    }
+    let (first, last) = (&frames[0], &frames[frames.len() - 1]);
+    let sampled = last.seq - first.seq;
+    let span = (last.pts - first.pts).as_secs_f64();
     assert!(
         (span - sampled as f64 * 0.5).abs() < 0.05,
         "{sampled} frames over {span} s"
@@ -244,7 +273,9 @@ async fn wrong_credentials_are_refused_and_passwords_never_reach_the_logs() {
         let url = url.clone();
         tokio::task::spawn_blocking(move || {
             edgevlm()
-                .args(["probe", &url, "--frames", frames, "--timeout-secs", "5"])
+                // The bound only limits a failure: the refusal is immediate, the frames come
+                // at 15 fps.
+                .args(["probe", &url, "--frames", frames, "--timeout-secs", "30"])
                 .args(["--username", "viewer", "--password-env", "CAM_PW"])
                 .env("CAM_PW", password)
                 .env("RUST_LOG", "debug")
@@ -294,24 +325,51 @@ async fn the_run_command_never_logs_a_camera_password() {
         ),
     )
     .unwrap();
-    let out = tokio::task::spawn_blocking(move || {
-        let child = edgevlm()
+    let log_path = dir.join("stderr.log");
+    let out_path = dir.join("stdout.log");
+    let (status, log, stdout) = tokio::task::spawn_blocking(move || {
+        let mut child = edgevlm()
             .args(["run", "-c", cfg.to_str().unwrap()])
             .env("WRONG_PW", "nope-Ca8-pw")
             .env("RUST_LOG", "debug")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
             .expect("run edgevlm");
-        std::thread::sleep(Duration::from_secs(6));
+        let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+        // Runs until both cameras have been tried: the good one reported running, the other's
+        // refusal logged (60 s at most: the bound only limits a failure).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = read(&log_path);
+            if log.contains("ok: running") && log.contains("Unauthorized") {
+                break;
+            }
+            if std::time::Instant::now() >= deadline || child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        child.wait_with_output().expect("wait")
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no exit within 60 s of SIGTERM:\n{}", read(&log_path));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // The run has exited: both files are complete.
+        (status, read(&log_path), read(&out_path))
     })
     .await
     .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    assert!(status.success(), "exit {status:?}\n{log}");
     assert!(
         log.contains("ok: running"),
         "the good camera never ran:\n{log}"
@@ -320,6 +378,7 @@ async fn the_run_command_never_logs_a_camera_password() {
         log.contains("Unauthorized"),
         "the refusal was not logged:\n{log}"
     );
+    assert!(!stdout.contains("Ca8-pw"), "password leaked:\n{stdout}");
     assert!(!log.contains("Ca8-pw"), "password leaked:\n{log}");
 }
 
@@ -346,7 +405,9 @@ async fn bad_uris_fail_within_a_bound_with_a_redacted_message() {
     })
     .await
     .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(20));
+    // Three processes that each fail at once (a refused connection, a refused URL, not a video):
+    // the bound catches a hang, not a slow machine.
+    assert!(started.elapsed() < Duration::from_secs(60));
     let (refused, creds, not_video) = out;
 
     let msg = String::from_utf8_lossy(&refused.stderr);
@@ -377,7 +438,7 @@ async fn a_hardware_template_without_its_element_stops_the_camera_with_its_name(
     let gpu = sup.camera("gpu").unwrap();
     let cpu = sup.camera("cpu").unwrap();
     assert!(
-        wait_until(Duration::from_secs(10), || gpu.status().state
+        wait_until(Duration::from_secs(30), || gpu.status().state
             == CameraState::Stopped)
         .await
     );
@@ -385,7 +446,7 @@ async fn a_hardware_template_without_its_element_stops_the_camera_with_its_name(
     assert!(reason.contains("`nvh264dec`"), "{reason}");
     assert_eq!(gpu.status().restarts, 0, "a missing element is not retried");
     // The other camera is unaffected.
-    assert!(wait_until(Duration::from_secs(10), || cpu.window.info().frames >= 2).await);
+    assert!(wait_until(Duration::from_secs(30), || cpu.window.info().frames >= 2).await);
     sup.shutdown(Duration::from_secs(10)).await;
 }
 

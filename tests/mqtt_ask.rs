@@ -11,16 +11,28 @@ use std::process::Output;
 use std::time::Duration;
 
 /// Answers every question: chunks (one of them twice, as QoS 1 may), then the final message.
-/// A question containing "gap" loses its second chunk; "refuse" gets an error reply.
-fn responder(port: u16) -> tokio::task::JoinHandle<()> {
+/// A question containing "gap" loses its second chunk; "refuse" gets an error reply. The flag
+/// is set once its subscription to questions is acknowledged.
+fn responder(
+    port: u16,
+) -> (
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let mut opts = rumqttc::MqttOptions::new("fake-query-stage", "127.0.0.1", port);
     opts.set_keep_alive(Duration::from_secs(5));
     let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 64);
-    tokio::spawn(async move {
+    let subscribed = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = subscribed.clone();
+    let task = tokio::spawn(async move {
         loop {
             match eventloop.poll().await {
                 Ok(rumqttc::Event::Incoming(rumqttc::Packet::ConnAck(_))) => {
                     let _ = client.try_subscribe("edgevlm/+/query", rumqttc::QoS::AtLeastOnce);
+                }
+                Ok(rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_))) => {
+                    flag.store(true, Ordering::SeqCst);
                 }
                 Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(p))) => {
                     let q: serde_json::Value = serde_json::from_slice(&p.payload).unwrap();
@@ -75,7 +87,8 @@ fn responder(port: u16) -> tokio::task::JoinHandle<()> {
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
-    })
+    });
+    (task, subscribed)
 }
 
 async fn ask(args: Vec<String>) -> Output {
@@ -91,16 +104,23 @@ fn text(b: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_prints_the_streamed_answer_and_exits_0() {
     let broker = Mosquitto::start();
-    let _fake = responder(broker.port);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_fake, subscribed) = responder(broker.port);
+    // Questions sent before the fake has subscribed would reach nobody.
+    assert!(
+        common::wait_until(Duration::from_secs(30), || subscribed
+            .load(std::sync::atomic::Ordering::SeqCst))
+        .await,
+        "the fake query stage never subscribed"
+    );
     let base = |q: &str| {
         vec![
             "door".into(),
             q.into(),
             "--broker".into(),
             broker.url(),
+            // The bound only limits a failure: the fake answers at once.
             "--timeout-secs".into(),
-            "10".into(),
+            "30".into(),
         ]
     };
     let out = ask(base("What moves?")).await;
@@ -150,7 +170,7 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
         .spawn()
         .unwrap();
     assert!(
-        common::wait_until(Duration::from_secs(20), || std::net::TcpStream::connect((
+        common::wait_until(Duration::from_secs(30), || std::net::TcpStream::connect((
             "127.0.0.1",
             port
         ))
@@ -161,7 +181,7 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
     // published before that would reach nobody (the broker keeps no session for it).
     let w = common::mqtt::Watcher::start(port, &["edgevlm/available"]).await;
     assert!(
-        w.wait(Duration::from_secs(20), |m| m
+        w.wait(Duration::from_secs(30), |m| m
             .iter()
             .any(|m| m.text == "online"))
             .await

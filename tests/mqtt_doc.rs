@@ -1,9 +1,8 @@
 //! docs/MQTT.md and the code agree: every JSON example parses into the type it documents, strictly.
 
-use edgevlm::publish::{
-    Answer, CameraDirectory, ChangeEvent, Chunk, ErrorNotice, ErrorReply, Narration, QueryLimits,
-    StatusMessage, validate,
-};
+use edgevlm::narrate::{ChangeEvent, Narration};
+use edgevlm::publish::{Chunk, ErrorNotice, ErrorReply, StatusMessage};
+use edgevlm::query::{Answer, CameraDirectory, QueryLimits, validate};
 use edgevlm::ring::CounterSnapshot;
 use edgevlm::supervisor::{CameraReport, CameraState};
 use std::collections::BTreeSet;
@@ -90,9 +89,15 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                     question_max_chars: 2000,
                     max_tokens: 4096,
                 };
-                validate("door", body.as_bytes(), &limits, &cameras)
-                    .map(drop)
-                    .map_err(|r| r.error.to_string())
+                validate(
+                    "door",
+                    body.as_bytes(),
+                    std::time::Instant::now(),
+                    &limits,
+                    &cameras,
+                )
+                .map(drop)
+                .map_err(|r| r.error.to_string())
             }
             "status" => {
                 // The status is a CameraReport (serialise-only): the example must have exactly its

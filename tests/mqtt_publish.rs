@@ -7,10 +7,9 @@ mod common;
 use common::mqtt::{Mosquitto, Relay, Watcher, free_port};
 use edgevlm::broker::EmbeddedBroker;
 use edgevlm::config::{BrokerChoice, EmbeddedConfig, MqttConfig, WhenFull};
-use edgevlm::publish::{
-    self, CameraDirectory, Connection, Endpoint, Narration, Publisher, StartOptions, Topics,
-    Trigger,
-};
+use edgevlm::narrate::{Narration, Trigger};
+use edgevlm::publish::{self, Connection, Endpoint, Publisher, StartOptions, Topics};
+use edgevlm::query::CameraDirectory;
 use edgevlm::ring::CounterSnapshot;
 use edgevlm::supervisor::{CameraReport, CameraState};
 use std::time::Duration;
@@ -92,6 +91,23 @@ fn report(camera: &str) -> CameraReport {
     }
 }
 
+/// The id of a narration sent only as a fence.
+const MARKER: u32 = 1000;
+
+/// Waits until the broker has acknowledged `n` messages of the outbox (30 s at most).
+async fn delivered(publisher: &Publisher, n: u64, port: u16) {
+    assert!(
+        common::wait_until(Duration::from_secs(30), || publisher
+            .stats()
+            .outbox
+            .delivered
+            >= n)
+        .await,
+        "port {port}: the broker never acknowledged message {n}: {:?}",
+        publisher.stats()
+    );
+}
+
 /// Ids of narrations received, in arrival order.
 fn narration_ids(w: &Watcher) -> Vec<u32> {
     w.on("edgevlm/door/narration")
@@ -112,17 +128,18 @@ async fn availability_is_online_while_connected_and_offline_after_a_clean_shutdo
     let (publisher, connection) = start(&config("avail-clean"), broker.port);
     let w = Watcher::start(broker.port, &["edgevlm/available"]).await;
     assert!(
-        w.wait(Duration::from_secs(10), |m| m
+        w.wait(Duration::from_secs(30), |m| m
             .iter()
             .any(|m| m.text == "online"))
             .await
     );
     assert!(publisher.is_connected());
-    connection.shutdown(Duration::from_secs(3)).await;
+    // The bound only limits a failure: shutdown returns once `offline` is acknowledged.
+    connection.shutdown(Duration::from_secs(30)).await;
     // A late subscriber sees the retained value: offline.
     let late = Watcher::start(broker.port, &["edgevlm/available"]).await;
     assert!(
-        late.wait(Duration::from_secs(5), |m| m
+        late.wait(Duration::from_secs(30), |m| m
             .iter()
             .any(|m| m.retain && m.text == "offline"))
             .await,
@@ -137,7 +154,7 @@ async fn will_then_online_again(name: &str, broker_port: u16) {
     let w = Watcher::start(broker_port, &["edgevlm/available"]).await;
     let texts = |m: &[common::mqtt::Received]| m.iter().map(|m| m.text.clone()).collect::<Vec<_>>();
     assert!(
-        w.wait(Duration::from_secs(10), |m| texts(m)
+        w.wait(Duration::from_secs(30), |m| texts(m)
             .contains(&"online".into()))
             .await,
         "{name}: {:?}",
@@ -146,7 +163,7 @@ async fn will_then_online_again(name: &str, broker_port: u16) {
     // The link dies without a DISCONNECT: the broker publishes the will.
     relay.cut();
     assert!(
-        w.wait(Duration::from_secs(20), |m| texts(m)
+        w.wait(Duration::from_secs(30), |m| texts(m)
             .contains(&"offline".into()))
             .await,
         "{name}: no last will: {:?}",
@@ -154,7 +171,7 @@ async fn will_then_online_again(name: &str, broker_port: u16) {
     );
     relay.restore();
     assert!(
-        w.wait(Duration::from_secs(10), |m| texts(m).last()
+        w.wait(Duration::from_secs(30), |m| texts(m).last()
             == Some(&"online".to_string()))
             .await,
         "{name}: online not republished: {:?}",
@@ -181,10 +198,14 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
         let mut second = report("door");
         second.window_frames = 13;
         publisher.status(&second);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Fence: a narration queued after the statuses is handed to the client after them (the
+        // retained state goes first), on the same connection; once the broker acknowledged it,
+        // it has stored every status before it.
+        publisher.narration(&narration(1));
+        delivered(&publisher, 1, port).await;
         let late = Watcher::start(port, &["edgevlm/+/status"]).await;
         assert!(
-            late.wait(Duration::from_secs(10), |m| m.len() >= 2).await,
+            late.wait(Duration::from_secs(30), |m| m.len() >= 2).await,
             "port {port}: {:?}",
             late.messages()
         );
@@ -197,11 +218,38 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
         assert!(doc["ts"].as_f64().unwrap() > 1.7e9);
         // A camera removed by a reload loses its retained status.
         publisher.clear_status("yard");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Fence, as above: the broker has processed the clearing once this one is acknowledged.
+        publisher.narration(&narration(2));
+        delivered(&publisher, 2, port).await;
         let later = Watcher::start(port, &["edgevlm/+/status"]).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(later.on("edgevlm/yard/status").is_empty(), "port {port}");
-        assert_eq!(later.on("edgevlm/door/status").len(), 1);
+        // Fence on the subscriber's side: the broker sends the retained messages of a new
+        // subscription before anything published on its filter afterwards, so once this marker
+        // (published after the SUBACK, not retained) is in, every retained status has arrived.
+        later
+            .publish("edgevlm/fence/status", b"fence".to_vec())
+            .await;
+        assert!(
+            later
+                .wait(Duration::from_secs(30), |m| m
+                    .iter()
+                    .any(|m| m.topic == "edgevlm/fence/status"))
+                .await,
+            "port {port}: the marker never came back: {:?}",
+            later.messages()
+        );
+        assert!(
+            later.on("edgevlm/yard/status").is_empty(),
+            "port {port}: {:?}",
+            later.messages()
+        );
+        let door = later.on("edgevlm/door/status");
+        assert_eq!(door.len(), 1, "port {port}: {:?}", later.messages());
+        assert!(door[0].retain, "port {port}: {door:?}");
+        let fence = later.on("edgevlm/fence/status");
+        assert!(
+            fence.iter().all(|m| !m.retain && m.text == "fence"),
+            "port {port}: {fence:?}"
+        );
     }
 }
 
@@ -217,11 +265,11 @@ async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_re
         publisher.narration(&narration(n));
     }
     assert!(
-        w.wait(Duration::from_secs(10), |_| narration_ids(&w).len() >= 10)
+        w.wait(Duration::from_secs(30), |_| narration_ids(&w).len() >= 10)
             .await
     );
     assert!(
-        common::wait_until(Duration::from_secs(5), || publisher.stats().outbox.pending
+        common::wait_until(Duration::from_secs(30), || publisher.stats().outbox.pending
             == 0)
         .await
     );
@@ -229,7 +277,7 @@ async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_re
     relay.cut();
     broker.stop();
     assert!(
-        common::wait_until(Duration::from_secs(10), || !publisher.is_connected()).await,
+        common::wait_until(Duration::from_secs(30), || !publisher.is_connected()).await,
         "the publisher did not notice the outage"
     );
     for n in 10..40 {
@@ -241,16 +289,27 @@ async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_re
     let stats = publisher.stats();
     assert_eq!(stats.outbox.pending, 30, "{stats:?}");
     assert_eq!(stats.outbox.stream_skipped, 1, "{stats:?}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A reconnection attempt fails while the broker is down (the outbox waits through it).
+    let errors = stats.connection_errors;
+    assert!(
+        common::wait_until(Duration::from_secs(30), || publisher
+            .stats()
+            .connection_errors
+            > errors)
+        .await,
+        "no reconnection attempt during the outage: {:?}",
+        publisher.stats()
+    );
+    assert_eq!(publisher.stats().outbox.pending, 30);
 
     broker.restart();
     assert!(
-        w.wait(Duration::from_secs(10), |_| w.is_subscribed()).await,
+        w.wait(Duration::from_secs(30), |_| w.is_subscribed()).await,
         "watcher did not reconnect"
     );
     relay.restore();
     assert!(
-        w.wait(Duration::from_secs(20), |_| first_occurrences(
+        w.wait(Duration::from_secs(30), |_| first_occurrences(
             &narration_ids(&w)
         )
         .len()
@@ -265,7 +324,7 @@ async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_re
         (0..40).collect::<Vec<_>>()
     );
     assert!(
-        common::wait_until(Duration::from_secs(5), || publisher.stats().outbox.pending
+        common::wait_until(Duration::from_secs(30), || publisher.stats().outbox.pending
             == 0)
         .await
     );
@@ -278,7 +337,7 @@ async fn narrations_produced_while_the_embedded_broker_is_unreachable_arrive_in_
     let relay = Relay::start(broker.listen().port()).await;
     let (publisher, _connection) = start(&config("outage-emb"), relay.port);
     let w = Watcher::start(broker.listen().port(), &["edgevlm/+/narration"]).await;
-    assert!(common::wait_until(Duration::from_secs(10), || publisher.is_connected()).await);
+    assert!(common::wait_until(Duration::from_secs(30), || publisher.is_connected()).await);
     for n in 0..5 {
         publisher.narration(&narration(n));
     }
@@ -286,10 +345,16 @@ async fn narrations_produced_while_the_embedded_broker_is_unreachable_arrive_in_
     for n in 5..25 {
         publisher.narration(&narration(n));
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The outage is noticed (the relay closed the connection and refuses new ones) before the
+    // link comes back, however slowly the publisher runs.
+    assert!(
+        common::wait_until(Duration::from_secs(30), || !publisher.is_connected()).await,
+        "the publisher did not notice the outage: {:?}",
+        publisher.stats()
+    );
     relay.restore();
     assert!(
-        w.wait(Duration::from_secs(20), |_| first_occurrences(
+        w.wait(Duration::from_secs(30), |_| first_occurrences(
             &narration_ids(&w)
         )
         .len()
@@ -327,12 +392,33 @@ async fn past_the_outbox_bound_drops_are_counted_and_the_policy_decides_which() 
         let w = Watcher::start(broker.port, &["edgevlm/+/narration"]).await;
         relay.restore();
         assert!(
-            w.wait(Duration::from_secs(15), |_| narration_ids(&w).len() >= 5)
+            w.wait(Duration::from_secs(30), |_| narration_ids(&w).len() >= 5)
                 .await,
             "{policy}: {:?}",
             publisher.stats()
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(first_occurrences(&narration_ids(&w)), expected, "{policy}");
+        // Fence: once the outbox is empty, a marker queued behind everything it held arrives
+        // after all of it (one ordered outbox, one connection, QoS 1 in order): a dropped
+        // narration that was sent anyway would be in by then.
+        assert!(
+            common::wait_until(Duration::from_secs(30), || publisher.stats().outbox.pending
+                == 0)
+            .await,
+            "{policy}: {:?}",
+            publisher.stats()
+        );
+        publisher.narration(&narration(MARKER));
+        assert!(
+            w.wait(Duration::from_secs(30), |_| narration_ids(&w)
+                .contains(&MARKER))
+                .await,
+            "{policy}: the marker never arrived: {:?}",
+            narration_ids(&w)
+        );
+        let ids: Vec<u32> = first_occurrences(&narration_ids(&w))
+            .into_iter()
+            .filter(|&i| i != MARKER)
+            .collect();
+        assert_eq!(ids, expected, "{policy}");
     }
 }

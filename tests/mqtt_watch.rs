@@ -9,7 +9,9 @@ mod common;
 
 use common::mqtt::{Mosquitto, Watcher, free_port};
 use common::{CameraSpec, RtspServer, RunProcess, edgevlm};
-use edgevlm::publish::{Answer, AnswerMessage, Chunk, ErrorCode, FinishReason, Narration, Trigger};
+use edgevlm::narrate::{Narration, Trigger};
+use edgevlm::publish::{AnswerMessage, Chunk};
+use edgevlm::query::{Answer, ErrorCode, FinishReason};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;

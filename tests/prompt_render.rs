@@ -1,6 +1,6 @@
-//! Prompt rendering per family against REFERENCE.md §1c and §2: the worked examples character for
-//! character, pruning, Apollo's header pieces, the stream format, chunk-by-chunk tokenisation with
-//! the tiny tokenizer (engines/tiny/generate.py) and `edgevlm prompt`.
+//! Prompt rendering per family against docs/REFERENCE.md §1c and §2: the worked examples
+//! character for character, pruning, Apollo's header pieces, the stream format, chunk-by-chunk
+//! tokenisation with the tiny tokenizer (engines/tiny/generate.py) and `edgevlm prompt`.
 
 mod engine_common;
 
@@ -118,7 +118,7 @@ fn stream_frames_are_items_without_time_text_interleaved_with_messages_by_time()
         },
     ];
     let r = videollama3_stream(&frames(&[0.0, 1.0, 2.0], &[2, 1, 1]), &messages, None).unwrap();
-    // A frame comes before a message when frame time <= message time (REFERENCE §1c).
+    // A frame comes before a message when frame time <= message time (docs/REFERENCE.md §1c).
     let expected = "<|stream_start|>stream\n<image><image>\n<|stream_end|>\n\
                     <|stream_start|>stream\n<image>\n<|stream_end|>\n\
                     <|im_start|>user\nWhat now?<|im_end|>\n\

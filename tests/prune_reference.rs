@@ -1,4 +1,4 @@
-//! Reference-mode behaviour of the pruner (REFERENCE.md §1a) and its equivalence with the
+//! Reference-mode behaviour of the pruner (docs/REFERENCE.md §1a) and its equivalence with the
 //! straightforward float32 formula.
 
 mod common;
@@ -564,7 +564,8 @@ fn exact_ties_cannot_match_every_block_and_are_reported() {
         let (prev, cur) = spread_block(Spread::MixedSigns, 588, &mut rng);
         let (int_keeps, _, oracles) = judges.judge(&prev, &cur);
         assert!(!int_keeps);
-        // oracles[0] is the REFERENCE.md normalisation (rescale in f64, then (v - 0.5) / 0.5).
+        // oracles[0] is the reference normalisation of docs/REFERENCE.md §1a (rescale in f64,
+        // then (v - 0.5) / 0.5).
         if oracles[0].1 { kept += 1 } else { pruned += 1 }
     }
     // Measured: about a third kept. (One-level changes are all pruned, 7-level changes under

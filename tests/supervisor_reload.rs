@@ -20,7 +20,7 @@ async fn reload_starts_stops_and_restarts_only_what_changed() {
          [[cameras]]\nid = \"drop\"\nuri = \"test://snow\"\nsample_fps = 4\n",
     ));
     let ready = |s: &Supervisor| s.cameras().iter().all(|c| c.window.info().frames >= 2);
-    assert!(wait_until(Duration::from_secs(15), || ready(&sup)).await);
+    assert!(wait_until(Duration::from_secs(60), || ready(&sup)).await);
     let keep_window = sup.camera("keep").unwrap().window.clone();
     let keep_seq = keep_window.latest().unwrap().seq;
 
@@ -31,7 +31,8 @@ async fn reload_starts_stops_and_restarts_only_what_changed() {
                  [[cameras]]\nid = \"change\"\nuri = \"test://smpte\"\nsample_fps = 2\n\n\
                  [[cameras]]\nid = \"new\"\nuri = \"test://checkers-8\"\nsample_fps = 4\n",
             ),
-            Duration::from_secs(10),
+            // Only bounds a camera that would not stop.
+            Duration::from_secs(30),
         )
         .await;
     assert_eq!(summary.unchanged, vec!["keep"]);
@@ -44,7 +45,11 @@ async fn reload_starts_stops_and_restarts_only_what_changed() {
     let keep = sup.camera("keep").unwrap();
     assert!(Arc::ptr_eq(&keep.window, &keep_window));
     assert!(
-        wait_until(Duration::from_secs(5), || keep.window.latest().unwrap().seq
+        wait_until(Duration::from_secs(30), || keep
+            .window
+            .latest()
+            .unwrap()
+            .seq
             > keep_seq + 2)
         .await
     );
@@ -53,7 +58,7 @@ async fn reload_starts_stops_and_restarts_only_what_changed() {
 
     let changed = sup.camera("change").unwrap();
     assert_eq!(changed.config.sample_fps, 2.0);
-    assert!(wait_until(Duration::from_secs(10), || ready(&sup)).await);
+    assert!(wait_until(Duration::from_secs(60), || ready(&sup)).await);
     sup.shutdown(Duration::from_secs(10)).await;
 }
 
@@ -64,9 +69,10 @@ fn sighup_with_an_invalid_file_keeps_the_running_configuration() {
     let file = dir.join("edgevlm.toml");
     let good = "[mqtt]\nenabled = false\n\n[runtime]\nstatus_interval_secs = 0.3\n\n[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\nsample_fps = 2\n";
     std::fs::write(&file, good).unwrap();
-    let child = edgevlm()
+    let log_path = dir.join("stderr.log");
+    let mut child = edgevlm()
         .args(["run", "-c", file.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .unwrap();
     let pid = child.id() as i32;
@@ -74,26 +80,59 @@ fn sighup_with_an_invalid_file_keeps_the_running_configuration() {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(pid, libc::SIGHUP) };
     };
-    std::thread::sleep(Duration::from_secs(2));
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    // Polls the log until `cond` holds (60 s at most: the bound only limits a failure).
+    let wait_log = |what: &str, cond: &dyn Fn(&str) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !cond(&read_log()) {
+            if std::time::Instant::now() >= deadline {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("never logged {what}:\n{}", read_log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Status lines come from the main loop, which watches SIGHUP before its first one: from
+    // then on a SIGHUP cannot kill the run by its default action.
+    wait_log("a running", &|l| l.contains("a: running"));
     std::fs::write(
         &file,
         "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\nsample_fps = 99\n",
     )
     .unwrap();
     hup();
-    std::thread::sleep(Duration::from_secs(1));
+    wait_log("the refusal", &|l| {
+        l.contains("the running configuration stays in place")
+    });
     std::fs::write(
         &file,
         format!("{good}\n[[cameras]]\nid = \"b\"\nuri = \"test://smpte\"\n"),
     )
     .unwrap();
     hup();
-    std::thread::sleep(Duration::from_secs(2));
+    wait_log("the reload, then b running", &|l| {
+        l.split_once("Configuration reloaded")
+            .is_some_and(|(_, after)| after.contains("b: running"))
+    });
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no exit within 60 s of SIGTERM:\n{}", read_log());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The run has exited: its log is complete.
+    let log = read_log();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "{log}");
     assert!(
         log.contains("cameras[0].sample_fps: must be > 0 and <= 30, got 99"),
         "{log}"

@@ -5,7 +5,7 @@ mod engine_common;
 
 use common::{closed_port, edgevlm};
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn get(port: u16, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -16,11 +16,42 @@ fn get(port: u16, path: &str) -> String {
 }
 
 fn metric(page: &str, name: &str) -> f64 {
+    try_metric(page, name).unwrap_or_else(|| panic!("{name} missing from\n{page}"))
+}
+
+fn try_metric(page: &str, name: &str) -> Option<f64> {
     page.lines()
         .find(|l| l.starts_with(name))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from\n{page}"))
+}
+
+/// The page, or `None` while nothing answers on the port.
+fn try_get(port: u16, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// Polls `fetch` every 100 ms until `cond` holds over what it returns (60 s at most: the bound
+/// only limits a failure); returns the last value and whether it held.
+fn poll<T: Default>(mut fetch: impl FnMut() -> Option<T>, cond: impl Fn(&T) -> bool) -> (T, bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = T::default();
+    loop {
+        if let Some(v) = fetch() {
+            if cond(&v) {
+                return (v, true);
+            }
+            last = v;
+        }
+        if Instant::now() >= deadline {
+            return (last, false);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -45,14 +76,33 @@ fn metrics_and_status_describe_the_running_cameras() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-
-    let first = get(port, "/metrics");
+    // The endpoint answers once the run has bound it.
+    let (first, up) = poll(|| try_get(port, "/metrics"), |_| true);
+    assert!(up, "nothing answers on the metrics port");
     assert!(first.starts_with("HTTP/1.0 200 OK"), "{first}");
     assert!(first.contains("text/plain; version=0.0.4"), "{first}");
-    std::thread::sleep(Duration::from_secs(1));
-    let second = get(port, "/metrics");
-    let sampled = |p: &str| metric(p, "edgevlm_camera_frames_sampled_total{camera=\"yard\"}");
+    let sampled = |p: &str| try_metric(p, "edgevlm_camera_frames_sampled_total{camera=\"yard\"}");
+    let sampled_first = sampled(&first).unwrap_or(0.0);
+    // Everything the page must show, waited for together: the counter moves, the dead camera
+    // was retried, and the model runs (the yard's frames are in its memory, through the vision
+    // encoder).
+    let yard_of = |p: &str, name: &str| try_metric(p, &format!("{name}{{camera=\"yard\"}}"));
+    let (second, held) = poll(
+        || try_get(port, "/metrics"),
+        |p| {
+            sampled(p).is_some_and(|n| n > sampled_first)
+                && try_metric(p, "edgevlm_camera_up{camera=\"yard\"}") == Some(1.0)
+                && try_metric(p, "edgevlm_camera_restarts_total{camera=\"gone\"}")
+                    .is_some_and(|n| n >= 1.0)
+                && yard_of(p, "edgevlm_memory_frames").is_some_and(|n| n >= 1.0)
+                && try_metric(p, "edgevlm_engine_runs_total{stage=\"vision\"}")
+                    .is_some_and(|n| n >= 1.0)
+        },
+    );
+    assert!(
+        held,
+        "the page never showed the running cameras and model:\n{second}"
+    );
     assert!(sampled(&second) > sampled(&first), "the counter must move");
     assert_eq!(metric(&second, "edgevlm_camera_up{camera=\"yard\"}"), 1.0);
     assert_eq!(metric(&second, "edgevlm_camera_up{camera=\"gone\"}"), 0.0);
@@ -65,7 +115,6 @@ fn metrics_and_status_describe_the_running_cameras() {
         0.0
     );
     assert!(get(port, "/other").starts_with("HTTP/1.0 404"));
-    // The model runs: the yard's frames are in its memory, through the vision encoder.
     let yard = |name: &str| metric(&second, &format!("{name}{{camera=\"yard\"}}"));
     assert!(
         yard("edgevlm_memory_frames_encoded_total") + yard("edgevlm_memory_frames_reused_total")
@@ -76,26 +125,34 @@ fn metrics_and_status_describe_the_running_cameras() {
     assert!(metric(&second, "edgevlm_engine_runs_total{stage=\"vision\"}") >= 1.0);
     assert!(second.contains("# TYPE edgevlm_answer_first_token_seconds histogram"));
 
-    let status = edgevlm()
-        .args(["status", "-c", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&status.stdout);
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
+    // `edgevlm status` shows the reports, refreshed every 0.5 s: wait for one taken after the
+    // yard ran with frames in its memory and the dead camera had failed.
+    let status_text = || {
+        let status = edgevlm()
+            .args(["status", "-c", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        status
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&status.stdout).into_owned())
+    };
+    let (text, held) = poll(status_text, |text| {
+        text.lines()
+            .any(|l| l.starts_with("yard") && l.contains("running"))
+            && text
+                .lines()
+                .any(|l| l.starts_with("gone") && l.contains("Could not open resource"))
+            && text
+                .lines()
+                .any(|l| l.trim_start().starts_with("memory ") && !l.contains("memory 0 frames"))
+    });
+    assert!(held, "no status with the cameras and their memory: {text}");
     let yard = text
         .lines()
         .find(|l| l.starts_with("yard"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(yard.contains("running"), "{yard}");
-    assert!(
-        text.lines()
-            .any(|l| l.trim_start().starts_with("memory ") && !l.contains("memory 0 frames")),
-        "no memory line for the cameras: {text}"
-    );
     let gone = text
         .lines()
         .find(|l| l.starts_with("gone"))

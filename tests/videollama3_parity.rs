@@ -11,8 +11,8 @@
 //! renderers and tokenizer, the ONNX vision encoder, prefill and greedy decoding, and the live
 //! cache (frame by frame, then a fork for the question).
 //!
-//! Tolerances (docs/ENGINES.md, "Parity with transformers"): pixels, masks, prompt ids and tokens
-//! must be identical; features and logits agree within 1e-5 x max(1, max |value|). At every
+//! Tolerances (docs/ENGINES.md, "Parity with transformers (run in CI)"): pixels, masks, prompt
+//! ids and tokens must be identical; features and logits agree within 1e-5 x max(1, max |value|). At every
 //! decoding step the test also checks that this limit is under half the oracle's top-2 logit
 //! margin, so agreeing logits imply the same greedy choice (and a failing step is a real
 //! difference, not a near tie).

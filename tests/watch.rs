@@ -7,13 +7,13 @@ mod engine_common;
 use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri};
 use edgevlm::generate::render::{self, FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache};
-use edgevlm::memory::{
-    CameraMemory, FrameEncoder, LiveCache, MemoryFrame, Outputs, Watcher, WorkerOptions,
-};
+use edgevlm::memory::{CameraMemory, FrameEncoder, LiveCache, MemoryFrame};
+use edgevlm::narrate::{ChangeKind, Trigger};
 use edgevlm::prune::{PruneParams, Pruner};
-use edgevlm::publish::{ChangeKind, ErrorCode, Trigger};
+use edgevlm::query::ErrorCode;
 use edgevlm::query::{AskLimits, AskRequest, QueryService};
 use edgevlm::ring::{Frame, TokenMask};
+use edgevlm::watch::{CameraWatch, Outputs, WatchOptions};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -265,7 +265,7 @@ fn watcher(
     window_secs: u64,
     narrate: NarrateConfig,
     budget: usize,
-) -> (Watcher, Arc<CameraMemory>, Outputs) {
+) -> (CameraWatch, Arc<CameraMemory>, Outputs) {
     let cam = camera(window_secs, narrate);
     let memory = Arc::new(CameraMemory::new(
         "cam",
@@ -273,10 +273,10 @@ fn watcher(
         cam.window_frames() + 1,
     ));
     let outputs = Outputs::new(None);
-    let w = Watcher::new(
+    let w = CameraWatch::new(
         generator.clone(),
         memory.clone(),
-        WorkerOptions {
+        WatchOptions {
             camera: cam,
             system: Some(SYSTEM.into()),
             budget,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the tiny edgevlm test model: real formats and shapes, random (seeded) weights.
 
-The model follows the engines contract of DESIGN §4.4 exactly:
+The model follows the engines contract (docs/ENGINES.md, "Model directories") exactly:
 
   vision_encoder.onnx        pixel_values f32 [T, 3, H, W] -> visual_tokens f32 [T, (H/28)*(W/28), hidden]
   embed_tokens.onnx          input_ids i64 [1, S] -> inputs_embeds f32 [1, S, hidden]

@@ -90,12 +90,12 @@ pub(crate) fn ask(a: AskArgs) -> ExitCode {
         ));
     };
     if let Some(id) = &a.id
-        && !edgevlm::publish::query::valid_id(id)
+        && !edgevlm::query::valid_id(id)
     {
         return usage("--id must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`".into());
     }
     if let Some(c) = &a.conversation
-        && !edgevlm::publish::query::valid_id(c)
+        && !edgevlm::query::valid_id(c)
     {
         return usage(
             "--conversation must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`".into(),

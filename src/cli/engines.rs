@@ -17,10 +17,10 @@ pub(crate) fn engines(action: EnginesAction) -> ExitCode {
         None => EngineOptions::cpu(edgevlm::config::EngineConfig::default().model_dir),
     };
     if let Some(dir) = args.dir {
-        opts.model_dir = dir;
+        opts.engine.model_dir = dir;
     }
     if let Some(lib) = args.onnxruntime_library {
-        opts.library = Some(lib);
+        opts.engine.onnxruntime_library = Some(lib);
     }
     if let Some(name) = &args.provider {
         let Some(p) = ProviderKind::from_name(name) else {

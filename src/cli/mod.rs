@@ -5,4 +5,3 @@ pub(crate) mod engines;
 pub(crate) mod inspect;
 pub(crate) mod run;
 pub(crate) mod status;
-pub(crate) mod watch;

@@ -1,8 +1,73 @@
 //! `[engine]` and `[engine.tensorrt]`: which model, which ONNX Runtime, which providers.
 
 use super::decode::{Fields, Sink};
-use crate::engine::{ProviderKind, TensorRtSettings};
 use std::path::PathBuf;
+
+/// The execution provider a model runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProviderKind {
+    /// ONNX Runtime's CPU provider (MLAS); always available.
+    #[default]
+    Cpu,
+    /// NVIDIA CUDA (cargo feature `tensorrt`, an onnxruntime-gpu library).
+    Cuda,
+    /// NVIDIA TensorRT with CUDA for the nodes TensorRT does not take (cargo feature `tensorrt`).
+    TensorRt,
+}
+
+impl ProviderKind {
+    /// Every provider, in the order the docs list them.
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::Cpu,
+        ProviderKind::Cuda,
+        ProviderKind::TensorRt,
+    ];
+
+    /// The name used in the config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Cpu => "cpu",
+            ProviderKind::Cuda => "cuda",
+            ProviderKind::TensorRt => "tensorrt",
+        }
+    }
+
+    /// Parses a config/CLI name.
+    pub fn from_name(name: &str) -> Option<ProviderKind> {
+        ProviderKind::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// TensorRT build options (`[engine.tensorrt]` in the config).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorRtSettings {
+    /// Build fp16 kernels (inputs and outputs stay f32).
+    pub fp16: bool,
+    /// Builder workspace limit in MiB.
+    pub workspace_mib: u32,
+    /// TensorRT builder optimisation level, 0-5 (higher builds longer, may run faster).
+    pub builder_optimization_level: u8,
+    /// Run the vision encoder on this Jetson DLA core (0 or 1) where possible, with GPU fallback.
+    pub dla_core: Option<u32>,
+}
+
+impl Default for TensorRtSettings {
+    fn default() -> Self {
+        TensorRtSettings {
+            fp16: true,
+            // Orin Nano has 8 GB shared between CPU and GPU; 1 GiB leaves room for the caches.
+            workspace_mib: 1024,
+            builder_optimization_level: 3,
+            dla_core: None,
+        }
+    }
+}
 
 /// The engine stage's settings (`[engine]`).
 #[derive(Debug, Clone, PartialEq)]
@@ -221,10 +286,7 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(
-            c.engine.decoder_provider,
-            Some(crate::engine::ProviderKind::Cpu)
-        );
+        assert_eq!(c.engine.decoder_provider, Some(super::ProviderKind::Cpu));
         assert_eq!(c.engine.vision_provider, None);
     }
 }

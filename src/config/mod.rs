@@ -5,15 +5,19 @@
 mod decode;
 mod engine;
 mod mqtt;
+mod pipeline;
+mod prune;
 mod source;
 mod watch;
 
 pub use decode::{ConfigError, ConfigErrors};
-pub use engine::EngineConfig;
+pub use engine::{EngineConfig, ProviderKind, TensorRtSettings};
 pub use mqtt::{
     BrokerChoice, BrokerUser, EmbeddedConfig, MqttConfig, MqttProtocol, TlsFiles, WhenFull,
     check_topic_prefix,
 };
+pub use pipeline::Template;
+pub use prune::{ParsePruneModeError, PruneMode, PruneParams};
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
 pub use watch::{MemoryConfig, NarrateConfig, NarrateTriggers, QueryConfig};
 
@@ -167,7 +171,7 @@ pub struct CameraConfig {
     /// RTSP credentials, if any.
     pub credentials: Option<CredentialSource>,
     /// DiffFP parameters (reference values by default).
-    pub prune: crate::prune::PruneParams,
+    pub prune: PruneParams,
     /// When the camera speaks.
     pub narrate: NarrateConfig,
 }
@@ -192,7 +196,7 @@ impl CameraConfig {
             scaler: Scaler::Reference,
             latency_ms: 200,
             credentials: None,
-            prune: crate::prune::PruneParams::default(),
+            prune: PruneParams::default(),
             narrate: NarrateConfig::default(),
         }
     }
@@ -508,17 +512,6 @@ fn decode_camera(
         },
     };
     let pipeline: Option<String> = f.opt("pipeline", sink);
-    if let Some(p) = &pipeline
-        && crate::ingest::Template::by_name(p).is_none()
-    {
-        sink.error(
-            f.path_of("pipeline"),
-            format!(
-                "unknown pipeline template `{p}` (expected one of: {})",
-                crate::ingest::Template::names().join(", ")
-            ),
-        );
-    }
     let enabled = f.get("enabled", true, sink);
 
     let sample_fps: f64 = f.get("sample_fps", d.sample_fps, sink);
@@ -652,16 +645,8 @@ fn decode_camera(
 
     let uri = uri?;
     let pipeline = pipeline.unwrap_or_else(|| uri.default_pipeline().to_string());
-    if let Some(tpl) = crate::ingest::Template::by_name(&pipeline)
-        && !tpl.accepts(&uri)
-    {
-        sink.error(
-            format!("{path}.pipeline"),
-            format!(
-                "template `{pipeline}` reads {} sources, but uri is {uri}",
-                tpl.source_kind()
-            ),
-        );
+    if let Err(why) = Template::for_camera(&pipeline, &uri) {
+        sink.error(format!("{path}.pipeline"), why);
     }
     Some(CameraConfig {
         id: id?,
@@ -685,12 +670,7 @@ fn decode_camera(
 }
 
 /// DiffFP keys of a camera; the defaults are the reference values (docs/ARCHITECTURE.md, "Prune (DiffFP)").
-fn decode_prune(
-    f: &mut Fields<'_>,
-    size: Option<(u32, u32)>,
-    sink: &mut Sink,
-) -> crate::prune::PruneParams {
-    use crate::prune::{PruneMode, PruneParams};
+fn decode_prune(f: &mut Fields<'_>, size: Option<(u32, u32)>, sink: &mut Sink) -> PruneParams {
     let d = PruneParams::default();
     let mode = match f.opt::<String>("prune_mode", sink) {
         None => d.mode,

@@ -1,4 +1,5 @@
-//! The tensor contract of DESIGN §4.4, checked against what each ONNX file declares.
+//! The tensor contract (docs/ENGINES.md, "Model directories"), checked against what each ONNX file
+//! declares.
 //!
 //! Checked when a session is created, before any run, so a model exported with the wrong names,
 //! dtypes or head counts fails with the first mismatch spelled out instead of a shape error deep in

@@ -1,7 +1,8 @@
 //! The CPU execution provider: ONNX Runtime's default, always present.
 
 use super::error::EngineError;
-use super::provider::{ProviderKind, unavailable};
+use super::provider::unavailable;
+use crate::config::ProviderKind;
 use std::path::Path;
 
 /// Registers the CPU provider with its arena allocator, which reuses the per-step buffers of the

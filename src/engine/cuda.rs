@@ -11,7 +11,8 @@ pub(crate) fn register(
     plan: &SessionPlan<'_>,
     file: &Path,
 ) -> Result<ort::session::builder::SessionBuilder, EngineError> {
-    use super::provider::{ProviderKind, unavailable};
+    use super::provider::unavailable;
+    use crate::config::ProviderKind;
     super::provider::require_built_in::<ort::ep::CUDA>(ProviderKind::Cuda, "CUDA", plan, file)?;
     builder
         .with_execution_providers([provider(plan.device_id).build().error_on_failure()])

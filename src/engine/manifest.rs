@@ -1,5 +1,5 @@
 //! `engines/<model>/manifest.toml`: what a model directory holds and the shapes and names of its
-//! tensors (DESIGN §4.4; the keys are documented in engines/tiny/README.md and docs/ENGINES.md).
+//! tensors (docs/ENGINES.md, "Model directories"; the keys are tabled in engines/tiny/README.md).
 
 use super::error::EngineError;
 use serde::Deserialize;
@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 pub enum Family {
     /// The generated test model (engines/tiny); VideoLLaMA3's formats, meaningless weights.
     Tiny,
-    /// VideoLLaMA3 (REFERENCE §1).
+    /// VideoLLaMA3 (docs/REFERENCE.md §1).
     Videollama3,
-    /// Apollo (REFERENCE §2).
+    /// Apollo (docs/REFERENCE.md §2).
     Apollo,
 }
 
@@ -268,7 +268,7 @@ impl SpecialTokens {
     }
 }
 
-/// `[chat_template]`: Qwen's chat pieces and VideoLLaMA3's stream item (REFERENCE §1c).
+/// `[chat_template]`: Qwen's chat pieces and VideoLLaMA3's stream item (docs/REFERENCE.md §1c).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatTemplate {
@@ -454,7 +454,8 @@ mod tests {
     use super::*;
 
     /// What engines/videollama3/export.py writes for VideoLLaMA3-2B (its template rendered with
-    /// Qwen2.5-1.5B's shape; the ids are the derived ones of REFERENCE §1c).
+    /// Qwen2.5-1.5B's shape; the VideoLLaMA3 ids here only exercise parsing: a Qwen2.5 tokenizer
+    /// gives 151665-151667, docs/REFERENCE.md §1c).
     const VIDEOLLAMA3_2B: &str = r#"# Written by engines/videollama3/export.py from DAMO-NLP-SG/VideoLLaMA3-2B.
 family = "videollama3"
 

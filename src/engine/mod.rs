@@ -1,7 +1,8 @@
-//! Engines: the model side. A model directory (`engines/<model>/`, DESIGN §4.4) holds a vision
+//! Engines: the model side. A model directory (`engines/<model>/`) holds a vision
 //! encoder, a token embedding and a decoder as ONNX files plus a manifest and a tokenizer; this
 //! module loads them into ONNX Runtime sessions on the CPU, CUDA or TensorRT, checks them against
-//! the manifest, and runs them. Generation on top of them lives in [`crate::generate`].
+//! the manifest, and runs them. Generation on top of them lives in [`crate::generate`]. The
+//! contract of a model directory: docs/ENGINES.md, "Model directories".
 //!
 //! One [`Engines`] serves every camera: its methods take `&self` and serialise runs per model.
 
@@ -23,13 +24,14 @@ mod tokenizer;
 mod vision;
 mod warm;
 
+pub use crate::config::{ProviderKind, TensorRtSettings};
 pub use error::{EngineError, ErrorKind};
 pub use manifest::{
     ChatTemplate, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec, Resample,
     ResizeRule, SpecialTokens, TextSpec, VisionSpec,
 };
 pub use progress::Progress;
-pub use provider::{ModelRole, ProviderKind, TensorRtSettings};
+pub use provider::ModelRole;
 pub use runtime::{LIBRARY_ENV, OrtRuntime, probe_library, resolve_library, runtime};
 pub use stats::{EngineStats, EngineStatsSnapshot};
 pub use tensorrt::{
@@ -40,6 +42,7 @@ pub use tokenizer::{SpecialText, Tokenizer};
 pub use vision::{VisionEncoder, VisualTokens};
 pub use warm::{BuildReport, build_engines, warm_up};
 
+use crate::config::EngineConfig;
 use crate::ingest::Geometry;
 use provider::SessionPlan;
 use sha2::{Digest, Sha256};
@@ -48,66 +51,43 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How to load a model directory.
+/// How to load a model directory: `[engine]` as configured, plus what the rest of the
+/// configuration says the engines must serve.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
-    /// The model directory (holds `manifest.toml`).
-    pub model_dir: PathBuf,
-    /// The ONNX Runtime library; `None` searches `ORT_DYLIB_PATH`, then the project venv.
-    pub library: Option<PathBuf>,
-    /// Provider of the vision encoder.
-    pub vision_provider: ProviderKind,
-    /// Provider of the token embedding.
-    pub embed_provider: ProviderKind,
-    /// Provider of the decoder.
-    pub decoder_provider: ProviderKind,
-    /// GPU index for CUDA and TensorRT.
-    pub device_id: i32,
-    /// TensorRT build options.
-    pub tensorrt: TensorRtSettings,
-    /// Intra-op threads of the shared pool (0: ONNX Runtime's default).
-    pub threads: usize,
+    /// `[engine]`: model directory, ONNX Runtime library, providers, threads, batch sizes.
+    pub engine: EngineConfig,
     /// Where the TensorRT engine and timing caches go (`<state_dir>/engines/tensorrt/...`).
     pub state_dir: PathBuf,
     /// Camera geometries the vision encoder must serve (TensorRT profiles).
     pub geometries: Vec<Geometry>,
-    /// Most frames per vision encoder run.
-    pub vision_batch_frames: usize,
-    /// Most tokens per decoder run while prefilling.
-    pub prefill_chunk_tokens: usize,
 }
 
 impl EngineOptions {
     /// CPU defaults for a model directory.
     pub fn cpu(model_dir: impl Into<PathBuf>) -> EngineOptions {
         EngineOptions {
-            model_dir: model_dir.into(),
-            library: None,
-            vision_provider: ProviderKind::Cpu,
-            embed_provider: ProviderKind::Cpu,
-            decoder_provider: ProviderKind::Cpu,
-            device_id: 0,
-            tensorrt: TensorRtSettings::default(),
-            threads: 0,
+            engine: EngineConfig {
+                model_dir: model_dir.into(),
+                ..EngineConfig::default()
+            },
             state_dir: PathBuf::from("state"),
             geometries: Vec::new(),
-            vision_batch_frames: 4,
-            prefill_chunk_tokens: 512,
         }
     }
 
     /// The same provider for all three models.
     pub fn with_provider(mut self, provider: ProviderKind) -> EngineOptions {
-        self.vision_provider = provider;
-        self.embed_provider = provider;
-        self.decoder_provider = provider;
+        self.engine.provider = provider;
+        self.engine.vision_provider = None;
+        self.engine.embed_provider = None;
+        self.engine.decoder_provider = None;
         self
     }
 
     /// Options from the configuration: `[engine]`, `runtime.state_dir`, and the fixed
     /// `width`/`height` of the cameras as the geometries to serve.
     pub fn from_config(config: &crate::config::Config) -> EngineOptions {
-        let e = &config.engine;
         let mut geometries: Vec<Geometry> = config
             .cameras
             .iter()
@@ -117,21 +97,21 @@ impl EngineOptions {
             .collect();
         geometries.sort_by_key(|g| (g.width, g.height));
         geometries.dedup();
-        let provider = e.provider;
         EngineOptions {
-            model_dir: e.model_dir.clone(),
-            library: e.onnxruntime_library.clone(),
-            vision_provider: e.vision_provider.unwrap_or(provider),
-            embed_provider: e.embed_provider.unwrap_or(provider),
-            decoder_provider: e.decoder_provider.unwrap_or(provider),
-            device_id: e.device_id as i32,
-            tensorrt: e.tensorrt.clone(),
-            threads: e.threads as usize,
+            engine: config.engine.clone(),
             state_dir: config.runtime.state_dir.clone(),
             geometries,
-            vision_batch_frames: e.vision_batch_frames as usize,
-            prefill_chunk_tokens: e.prefill_chunk_tokens as usize,
         }
+    }
+
+    /// The providers of the vision encoder, the token embedding and the decoder.
+    pub fn providers(&self) -> [ProviderKind; 3] {
+        let e = &self.engine;
+        [
+            e.vision_provider.unwrap_or(e.provider),
+            e.embed_provider.unwrap_or(e.provider),
+            e.decoder_provider.unwrap_or(e.provider),
+        ]
     }
 }
 
@@ -155,11 +135,13 @@ impl Engines {
     /// checked against the manifest.
     pub fn load(opts: &EngineOptions) -> Result<Engines, EngineError> {
         let started = Instant::now();
-        let manifest = Manifest::load(&opts.model_dir)?;
+        let e = &opts.engine;
+        let [vision_provider, embed_provider, decoder_provider] = opts.providers();
+        let manifest = Manifest::load(&e.model_dir)?;
         let tokenizer = load_tokenizer(&manifest)?;
-        let runtime = runtime(opts.library.as_deref(), opts.threads)?;
+        let runtime = runtime(e.onnxruntime_library.as_deref(), e.threads as usize)?;
         let cache_dir = tensorrt::cache_dir(&opts.state_dir, &manifest, runtime.version());
-        let chunk = opts.prefill_chunk_tokens.max(1);
+        let chunk = (e.prefill_chunk_tokens as usize).max(1);
         let plan = |role: ModelRole, kind: ProviderKind| -> Result<SessionPlan<'_>, EngineError> {
             if !kind.is_built() {
                 return Err(EngineError::ProviderNotBuilt {
@@ -167,17 +149,19 @@ impl Engines {
                 });
             }
             let profile = (kind == ProviderKind::TensorRt).then(|| match role {
-                ModelRole::VisionEncoder => {
-                    tensorrt::vision_profile(&manifest, &opts.geometries, opts.vision_batch_frames)
-                }
+                ModelRole::VisionEncoder => tensorrt::vision_profile(
+                    &manifest,
+                    &opts.geometries,
+                    e.vision_batch_frames as usize,
+                ),
                 ModelRole::EmbedTokens => tensorrt::embed_profile(&manifest, chunk),
                 ModelRole::Decoder => tensorrt::decoder_profile(&manifest, chunk),
             });
             Ok(SessionPlan {
                 role,
                 kind,
-                device_id: opts.device_id,
-                tensorrt: &opts.tensorrt,
+                device_id: e.device_id as i32,
+                tensorrt: &e.tensorrt,
                 cache_dir: &cache_dir,
                 profile,
                 library: runtime.library(),
@@ -191,42 +175,42 @@ impl Engines {
             runtime,
             &manifest,
             &vision_file,
-            &plan(ModelRole::VisionEncoder, opts.vision_provider)?,
+            &plan(ModelRole::VisionEncoder, vision_provider)?,
         )?;
         let embed_session = session::open(
             runtime,
             &manifest,
             &embed_file,
-            &plan(ModelRole::EmbedTokens, opts.embed_provider)?,
+            &plan(ModelRole::EmbedTokens, embed_provider)?,
         )?;
         let decoder_session = session::open(
             runtime,
             &manifest,
             &decoder_file,
-            &plan(ModelRole::Decoder, opts.decoder_provider)?,
+            &plan(ModelRole::Decoder, decoder_provider)?,
         )?;
         let stats = Arc::new(EngineStats::default());
         let vision = VisionEncoder::new(
             vision_session,
             &manifest,
-            opts.vision_batch_frames,
+            e.vision_batch_frames as usize,
             stats.clone(),
         );
         let embedder = Embedder::new(embed_session, &manifest, stats.clone());
         let decoder = Decoder::new(
             decoder_session,
             &manifest,
-            opts.decoder_provider,
-            opts.device_id,
+            decoder_provider,
+            e.device_id as i32,
             stats.clone(),
         )?;
         let load_time = started.elapsed();
         tracing::info!(
-            model = %opts.model_dir.display(),
+            model = %e.model_dir.display(),
             family = %manifest.family,
-            vision = opts.vision_provider.name(),
-            embed = opts.embed_provider.name(),
-            decoder = opts.decoder_provider.name(),
+            vision = vision_provider.name(),
+            embed = embed_provider.name(),
+            decoder = decoder_provider.name(),
             load_ms = load_time.as_millis() as u64,
             "Engines loaded"
         );
@@ -237,11 +221,7 @@ impl Engines {
             embedder,
             decoder,
             tokenizer,
-            providers: [
-                opts.vision_provider,
-                opts.embed_provider,
-                opts.decoder_provider,
-            ],
+            providers: [vision_provider, embed_provider, decoder_provider],
             prefill_chunk_tokens: chunk,
             load_time,
             stats,
@@ -410,7 +390,7 @@ impl std::fmt::Display for CheckReport {
 /// Validates a model directory completely: manifest, checksums it records, tokenizer, every
 /// session's tensor contract, and one smoke run through each model.
 pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
-    let manifest = Manifest::load(&opts.model_dir)?;
+    let manifest = Manifest::load(&opts.engine.model_dir)?;
     let checksums = manifest.generator.as_ref().map(|g| &g.sha256);
     let mut files = Vec::new();
     for (key, path) in manifest.file_paths() {
@@ -498,7 +478,7 @@ pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
         t0.elapsed().as_secs_f64() * 1e3
     ));
     Ok(CheckReport {
-        dir: opts.model_dir.clone(),
+        dir: opts.engine.model_dir.clone(),
         family: m.family,
         files,
         library: (

@@ -6,42 +6,10 @@
 
 use super::error::EngineError;
 use super::tensorrt::Profile;
+use crate::config::{ProviderKind, TensorRtSettings};
 use std::path::Path;
 
-/// The execution provider a model runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ProviderKind {
-    /// ONNX Runtime's CPU provider (MLAS); always available.
-    #[default]
-    Cpu,
-    /// NVIDIA CUDA (cargo feature `tensorrt`, an onnxruntime-gpu library).
-    Cuda,
-    /// NVIDIA TensorRT with CUDA for the nodes TensorRT does not take (cargo feature `tensorrt`).
-    TensorRt,
-}
-
 impl ProviderKind {
-    /// Every provider, in the order the docs list them.
-    pub const ALL: [ProviderKind; 3] = [
-        ProviderKind::Cpu,
-        ProviderKind::Cuda,
-        ProviderKind::TensorRt,
-    ];
-
-    /// The name used in the config and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProviderKind::Cpu => "cpu",
-            ProviderKind::Cuda => "cuda",
-            ProviderKind::TensorRt => "tensorrt",
-        }
-    }
-
-    /// Parses a config/CLI name.
-    pub fn from_name(name: &str) -> Option<ProviderKind> {
-        ProviderKind::ALL.into_iter().find(|p| p.name() == name)
-    }
-
     /// Whether this binary was compiled with the provider.
     pub fn is_built(self) -> bool {
         match self {
@@ -53,37 +21,6 @@ impl ProviderKind {
     /// Whether tensors of this provider live in GPU memory.
     pub fn is_gpu(self) -> bool {
         !matches!(self, ProviderKind::Cpu)
-    }
-}
-
-impl std::fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// TensorRT build options (`[engine.tensorrt]` in the config).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorRtSettings {
-    /// Build fp16 kernels (inputs and outputs stay f32).
-    pub fp16: bool,
-    /// Builder workspace limit in MiB.
-    pub workspace_mib: u32,
-    /// TensorRT builder optimisation level, 0-5 (higher builds longer, may run faster).
-    pub builder_optimization_level: u8,
-    /// Run the vision encoder on this Jetson DLA core (0 or 1) where possible, with GPU fallback.
-    pub dla_core: Option<u32>,
-}
-
-impl Default for TensorRtSettings {
-    fn default() -> Self {
-        TensorRtSettings {
-            fp16: true,
-            // Orin Nano has 8 GB shared between CPU and GPU; 1 GiB leaves room for the caches.
-            workspace_mib: 1024,
-            builder_optimization_level: 3,
-            dla_core: None,
-        }
     }
 }
 
@@ -148,7 +85,7 @@ pub(crate) fn register(
 }
 
 /// Where a provider's outputs should stay between runs: the decoder keeps its KV cache there, so a
-/// GPU cache never crosses to the host (`IoBinding`, DESIGN §4.6).
+/// GPU cache never crosses to the host (`IoBinding`; docs/ENGINES.md, "KV cache and generation").
 pub(crate) fn device_memory(
     kind: ProviderKind,
     device_id: i32,

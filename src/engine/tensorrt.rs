@@ -215,7 +215,8 @@ pub(crate) fn register(
     plan: &SessionPlan<'_>,
     file: &Path,
 ) -> Result<ort::session::builder::SessionBuilder, EngineError> {
-    use super::provider::{ProviderKind, unavailable};
+    use super::provider::unavailable;
+    use crate::config::ProviderKind;
     super::provider::require_built_in::<ort::ep::TensorRT>(
         ProviderKind::TensorRt,
         "TensorRT",

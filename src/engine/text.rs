@@ -9,8 +9,9 @@
 
 use super::error::EngineError;
 use super::manifest::{Manifest, TextSpec};
-use super::provider::{self, ProviderKind};
+use super::provider;
 use super::stats::EngineStats;
+use crate::config::ProviderKind;
 use ort::memory::MemoryInfo;
 use ort::session::{IoBinding, Session};
 use ort::value::{DynTensor, DynTensorValueType, Tensor};

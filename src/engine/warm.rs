@@ -53,16 +53,12 @@ pub fn build_engines(opts: &EngineOptions, show: bool) -> Result<BuildReport, En
         });
     }
     let mut opts = opts.clone();
-    let kinds = [
-        opts.vision_provider,
-        opts.embed_provider,
-        opts.decoder_provider,
-    ];
+    let kinds = opts.providers();
     if !kinds.contains(&ProviderKind::TensorRt) {
         tracing::info!("No model is configured for TensorRT; building all three on TensorRT");
         opts = opts.with_provider(ProviderKind::TensorRt);
     }
-    if opts.vision_provider == ProviderKind::TensorRt && opts.geometries.is_empty() {
+    if opts.providers()[0] == ProviderKind::TensorRt && opts.geometries.is_empty() {
         return Err(EngineError::input(
             "vision encoder",
             "no camera geometry to build for: give the cameras fixed width/height in the config, \
@@ -102,16 +98,20 @@ pub fn build_engines(opts: &EngineOptions, show: bool) -> Result<BuildReport, En
     let m = engines.manifest();
     let chunk = engines.prefill_chunk_tokens();
     let mut profiles = Vec::new();
-    if opts.vision_provider == ProviderKind::TensorRt {
+    if opts.providers()[0] == ProviderKind::TensorRt {
         profiles.push((
             "vision encoder",
-            tensorrt::vision_profile(m, &opts.geometries, opts.vision_batch_frames),
+            tensorrt::vision_profile(
+                m,
+                &opts.geometries,
+                opts.engine.vision_batch_frames as usize,
+            ),
         ));
     }
-    if opts.embed_provider == ProviderKind::TensorRt {
+    if opts.providers()[1] == ProviderKind::TensorRt {
         profiles.push(("token embedding", tensorrt::embed_profile(m, chunk)));
     }
-    if opts.decoder_provider == ProviderKind::TensorRt {
+    if opts.providers()[2] == ProviderKind::TensorRt {
         profiles.push(("decoder", tensorrt::decoder_profile(m, chunk)));
     }
     Ok(BuildReport {

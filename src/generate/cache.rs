@@ -7,8 +7,9 @@ use std::sync::Arc;
 ///
 /// The tensors are immutable and shared: [`KvCache::fork`] is a reference-count increment, and
 /// extending a fork makes new tensors for the fork only, so a query can start from a camera's cache
-/// and decode without disturbing it (DESIGN §4.6). The cost is that the fork's first step concatenates
-/// the shared past into its own tensors, the same work every step does anyway.
+/// and decode without disturbing it (docs/ENGINES.md, "KV cache and generation"). The cost is
+/// that the fork's first step concatenates the shared past into its own tensors, the same work
+/// every step does anyway.
 #[derive(Clone)]
 pub struct KvCache {
     kv: Arc<PastKv>,

@@ -1,5 +1,6 @@
 //! Generate: prefill (text and visual tokens interleaved), incremental prefill onto an existing
-//! cache, and the decode loop with sampling, stop conditions and streamed text (DESIGN §4.6).
+//! cache, and the decode loop with sampling, stop conditions and streamed text
+//! (docs/ENGINES.md, "KV cache and generation").
 //!
 //! ```text
 //! camera cache ──fork──► query cache ──prefill(question)──► decode ─► token, delta, token, delta …
@@ -125,6 +126,17 @@ pub struct Generation {
     pub first_token_time: Option<Duration>,
     /// Time spent decoding after the prefill.
     pub decode_time: Duration,
+}
+
+/// A generation run by [`Decoding::run`].
+#[derive(Debug)]
+pub struct Streamed {
+    /// What was generated.
+    pub generation: Generation,
+    /// When the first token came (a stop token counts), if one did.
+    pub first_token_at: Option<Instant>,
+    /// `cancel` ended it before the model stopped (the text is partial).
+    pub cut: bool,
 }
 
 /// One generated token and the text it completed.
@@ -429,6 +441,42 @@ impl Decoding<'_> {
         let tail = self.stream.finish();
         self.text.push_str(&tail);
         tail
+    }
+
+    /// The decode loop narration and questions share: pulls tokens until the model stops or
+    /// `cancel` is set, passing each non-empty piece of text (and the flushed tail) to `on_delta`.
+    /// `cut` in the result says `cancel` ended it before the model stopped.
+    pub fn run(
+        mut self,
+        cancel: &std::sync::atomic::AtomicBool,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<Streamed, GenerateError> {
+        let mut first_token_at = None;
+        while !cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            match self.next_token()? {
+                Some(event) => {
+                    first_token_at.get_or_insert_with(Instant::now);
+                    if !event.delta.is_empty() {
+                        on_delta(&event.delta);
+                    }
+                }
+                None => break,
+            }
+        }
+        let cut = self.stop.is_none();
+        if self.stop.is_some() {
+            // Stopped at once (the first token was a stop token): that was the first token.
+            first_token_at.get_or_insert_with(Instant::now);
+        }
+        let tail = self.flush();
+        if !tail.is_empty() {
+            on_delta(&tail);
+        }
+        Ok(Streamed {
+            generation: self.finish(),
+            first_token_at,
+            cut,
+        })
     }
 
     /// Ends the loop (early if it has not stopped: then the reason is [`StopReason::TokenLimit`]).

@@ -6,7 +6,8 @@ use std::borrow::Cow;
 /// One run of a prompt.
 #[derive(Debug, Clone)]
 pub enum Piece<'a> {
-    /// Text, tokenised chunk by chunk (DESIGN §4.5) with special tokens parsed or not.
+    /// Text, tokenised chunk by chunk (docs/ENGINES.md, "KV cache and generation") with special
+    /// tokens parsed or not.
     Text(Cow<'a, str>, SpecialText),
     /// Token ids as they are.
     Tokens(Cow<'a, [u32]>),

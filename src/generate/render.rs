@@ -1,4 +1,5 @@
-//! Prompt rendering per model family (DESIGN §4.5, REFERENCE §1c and §2).
+//! Prompt rendering per model family (docs/REFERENCE.md §1c and §2;
+//! docs/ENGINES.md, "VideoLLaMA3 prompt").
 //!
 //! A render is a list of segments: template text, untrusted text and visual spans. The same
 //! segments give the reference text (one placeholder per kept token, for inspection and parity) and
@@ -20,9 +21,9 @@ use super::prompt::Prompt;
 use crate::engine::{SpecialText, Tokenizer};
 use std::fmt::Write as _;
 
-/// VideoLLaMA3's visual placeholder (REFERENCE §1c).
+/// VideoLLaMA3's visual placeholder (docs/REFERENCE.md §1c).
 pub const IMAGE_PLACEHOLDER: &str = "<image>";
-/// Apollo's video placeholder (REFERENCE §2).
+/// Apollo's video placeholder (docs/REFERENCE.md §2).
 pub const VIDEO_PLACEHOLDER: &str = "<|video_token|>";
 /// VideoLLaMA3's default system message (`example_videollama3.py`).
 pub const VIDEOLLAMA3_SYSTEM: &str = "You are a helpful assistant.";
@@ -54,7 +55,7 @@ pub enum RenderError {
         /// The offending value.
         value: f64,
     },
-    /// A frame keeps no token (DiffFP keeps at least one, REFERENCE §1c: `1 <= k`).
+    /// A frame keeps no token (DiffFP keeps at least one, docs/REFERENCE.md §1c: `1 <= k`).
     #[error("frame {index} keeps 0 tokens: every frame keeps at least 1")]
     NothingKept {
         /// Frame index.
@@ -124,7 +125,7 @@ pub struct Message {
     pub role: Role,
     /// The text (untrusted: special-token literals stay text).
     pub text: String,
-    /// When it was said; frames at or before this time come first (REFERENCE §1c).
+    /// When it was said; frames at or before this time come first (docs/REFERENCE.md §1c).
     pub time_secs: f64,
 }
 
@@ -399,9 +400,10 @@ pub fn videollama3_offline(
 }
 
 /// VideoLLaMA3's streaming format: each frame as a `stream` item with no time text (what the
-/// reference template does, REFERENCE §1c), dialogue messages interleaved by time (a frame comes
-/// first when its time is at or before the message's). No generation prompt is added: after a
-/// frame the model chooses `<|im_start|>` (speak) or `<|stream_start|>` (keep watching).
+/// reference template does, docs/REFERENCE.md §1c), dialogue messages interleaved by time (a
+/// frame comes first when its time is at or before the message's). No generation prompt is
+/// added: after a frame the model chooses `<|im_start|>` (speak) or `<|stream_start|>` (keep
+/// watching).
 pub fn videollama3_stream(
     frames: &[FrameSlot],
     messages: &[Message],
@@ -508,7 +510,7 @@ fn message(r: &mut Rendered, m: &Message) {
     r.template("<|im_end|>\n");
 }
 
-/// Apollo's prompt (REFERENCE §2: header sentence, clip lines joined by `,\n`, question).
+/// Apollo's prompt (docs/REFERENCE.md §2: header sentence, clip lines joined by `,\n`, question).
 pub fn apollo(video: &ApolloVideo, question: &str) -> Result<Rendered, RenderError> {
     check_times(video.clips.iter().map(|c| c.start_secs))?;
     for (index, c) in video.clips.iter().enumerate() {

@@ -1,8 +1,9 @@
 //! The model geometry of a camera: VideoLLaMA3's resize rule, fixed once per camera.
 //!
-//! The reference (`simple_batched_resize`, REFERENCE §1b) sizes frames from the number of frames in
-//! the request, so a sliding window would change resolution, and with it DiffFP's comparisons. A
-//! streaming runtime fixes it per camera from the window length instead (DESIGN §4.1).
+//! The reference (`simple_batched_resize`, docs/REFERENCE.md §1b) sizes frames from the number of
+//! frames in the request, so a sliding window would change resolution, and with it DiffFP's
+//! comparisons. A streaming runtime fixes it per camera from the window length instead
+//! (docs/ARCHITECTURE.md, "Ingest").
 
 use crate::config::{ProcessorGeometry, VisionConfig};
 
@@ -135,7 +136,7 @@ mod tests {
         }
     }
 
-    /// The worked table of REFERENCE §1b, both token budgets.
+    /// The worked table of docs/REFERENCE.md §1b, both token budgets.
     #[test]
     fn matches_the_reference_worked_examples() {
         let cases = [

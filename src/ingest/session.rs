@@ -203,24 +203,13 @@ impl Session {
     ) -> Result<Session, IngestError> {
         init()?;
         let camera = cfg.id.clone();
-        let template = Template::by_name(&cfg.pipeline).ok_or_else(|| IngestError::Template {
-            camera: camera.clone(),
-            template: cfg.pipeline.clone(),
-            message: format!("no such template (known: {})", Template::names().join(", ")),
-        })?;
         let tpl_err = |message: String| IngestError::Template {
             camera: camera.clone(),
-            template: template.name.to_string(),
+            template: cfg.pipeline.clone(),
             message,
         };
+        let template = Template::for_camera(&cfg.pipeline, &cfg.uri).map_err(&tpl_err)?;
         template.check_text().map_err(&tpl_err)?;
-        if !template.accepts(&cfg.uri) {
-            return Err(tpl_err(format!(
-                "reads {} sources, not {}",
-                template.source_kind(),
-                cfg.uri
-            )));
-        }
         for factory in template.factories() {
             if gst::ElementFactory::find(&factory).is_none() {
                 return Err(IngestError::MissingElement {
@@ -393,7 +382,8 @@ impl Session {
                 );
                 None
             }
-            // rtspsrc posts this before EOS when the server stops sending (RTCP timeout, FACTS §1.6).
+            // rtspsrc posts this before EOS when the server stops sending (RTCP timeout;
+            // docs/ARCHITECTURE.md, "Platform facts").
             MessageView::Element(el)
                 if el
                     .structure()

@@ -6,43 +6,7 @@
 //! its sink pad sees every decoded frame), `scale` (its sink pad sees the source geometry),
 //! `caps` (a capsfilter edgevlm fills) and `sink` (an appsink).
 
-use crate::config::SourceUri;
-
-/// One pipeline template.
-#[derive(Debug, Clone, Copy)]
-pub struct Template {
-    /// Template name, as used in `cameras[].pipeline`.
-    pub name: &'static str,
-    /// The file's full text, comments included.
-    pub text: &'static str,
-}
-
-const TEMPLATES: &[Template] = &[
-    Template {
-        name: "rtsp",
-        text: include_str!("../../pipelines/rtsp.pipeline"),
-    },
-    Template {
-        name: "rtsp-nvdec",
-        text: include_str!("../../pipelines/rtsp-nvdec.pipeline"),
-    },
-    Template {
-        name: "rtsp-jetson",
-        text: include_str!("../../pipelines/rtsp-jetson.pipeline"),
-    },
-    Template {
-        name: "file",
-        text: include_str!("../../pipelines/file.pipeline"),
-    },
-    Template {
-        name: "v4l2",
-        text: include_str!("../../pipelines/v4l2.pipeline"),
-    },
-    Template {
-        name: "test",
-        text: include_str!("../../pipelines/test.pipeline"),
-    },
-];
+pub use crate::config::Template;
 
 /// Element names every template must define.
 pub const REQUIRED_NAMES: [&str; 5] = ["src", "rate", "scale", "caps", "sink"];
@@ -57,21 +21,6 @@ pub struct ElementSpec {
 }
 
 impl Template {
-    /// The template called `name`.
-    pub fn by_name(name: &str) -> Option<Template> {
-        TEMPLATES.iter().copied().find(|t| t.name == name)
-    }
-
-    /// Every template name.
-    pub fn names() -> Vec<&'static str> {
-        TEMPLATES.iter().map(|t| t.name).collect()
-    }
-
-    /// Every template.
-    pub fn all() -> &'static [Template] {
-        TEMPLATES
-    }
-
     /// The launch line: the text without comment lines, joined.
     pub fn launch(&self) -> String {
         self.text
@@ -80,27 +29,6 @@ impl Template {
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .collect::<Vec<_>>()
             .join(" ")
-    }
-
-    /// The value of a `# key: value` header line.
-    fn header(&self, key: &str) -> Option<&'static str> {
-        self.text.lines().find_map(|l| {
-            l.strip_prefix('#')
-                .map(str::trim)
-                .and_then(|l| l.strip_prefix(key))
-                .and_then(|l| l.strip_prefix(':'))
-                .map(str::trim)
-        })
-    }
-
-    /// The kind of source it reads (`rtsp`, `file`, `v4l2`, `test`).
-    pub fn source_kind(&self) -> &'static str {
-        self.header("source").unwrap_or("unknown")
-    }
-
-    /// Whether a camera with this URI can use the template.
-    pub fn accepts(&self, uri: &SourceUri) -> bool {
-        self.source_kind() == uri.default_pipeline()
     }
 
     /// The elements of the launch line, in order; caps filters written inline are skipped.

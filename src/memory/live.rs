@@ -2,8 +2,8 @@
 //! (`<|stream_start|>stream\n` + kept tokens + `\n<|stream_end|>\n`), extended by incremental
 //! prefill as frames arrive and rebuilt from memory with slack.
 //!
-//! Policy (docs/ARCHITECTURE.md, "Live KV cache"): appending a frame costs one prefill of that
-//! frame's item only. Frames evicted from memory stay in the cache until they amount to
+//! Policy (docs/ARCHITECTURE.md, "Memory and live KV cache"): appending a frame costs one prefill
+//! of that frame's item only. Frames evicted from memory stay in the cache until they amount to
 //! `rebuild_slack` of the window; the cache must also leave `reserve_tokens` of the context free.
 //! When either limit is crossed, the cache is rebuilt from memory in one prefill, keeping only as
 //! many of the newest frames as fit in `(1 - rebuild_slack)` of the budget, so the next rebuild is

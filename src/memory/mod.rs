@@ -1,4 +1,5 @@
-//! Memory: each camera's encoded recent footage, and the live KV cache built on it (DESIGN §4.6).
+//! Memory: each camera's encoded recent footage, and the live KV cache built on it
+//! (docs/ARCHITECTURE.md, "Memory and live KV cache").
 //!
 //! ```text
 //! window (RGB frames) ──encode once──► Memory (per frame: pts, keep-mask, kept visual tokens)
@@ -14,13 +15,11 @@
 
 mod encode;
 pub(crate) mod live;
-mod worker;
 
 pub use encode::FrameEncoder;
 pub use live::{LiveCache, LiveOptions, LiveView, RebuildReason};
-pub use worker::{MemoryWorker, Outputs, Watcher, WorkerOptions};
 
-use crate::telemetry::Histogram;
+use crate::base::Histogram;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,4 +1,5 @@
-//! Narrate: when a camera speaks, and the narration itself (DESIGN §2 "narrate").
+//! Narrate: when a camera speaks, and the narration itself
+//! (docs/ARCHITECTURE.md, "Memory and live KV cache").
 //!
 //! Triggers, any combination per camera (`narrate = [...]`):
 //! - `model`: after each frame the live cache's logits give the model's choice between
@@ -18,8 +19,10 @@ use crate::config::NarrateConfig;
 use crate::generate::render::{self, Role};
 use crate::generate::{GenerateError, GenerateOptions, Generator, StopReason};
 use crate::memory::LiveView;
-use crate::publish::{ChangeKind, Trigger};
-use std::sync::atomic::{AtomicBool, Ordering};
+mod narration;
+
+pub use narration::{ChangeEvent, ChangeKind, Narration, Trigger};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 
 /// What the narrator needs to know about a frame.
@@ -244,19 +247,9 @@ pub fn generate_narration(
         max_new_tokens: cfg.max_tokens as usize,
         ..GenerateOptions::default()
     };
-    let mut d = generator.start(&live.cache, &prompt, &opts)?;
-    while !cancel.load(Ordering::Relaxed) {
-        match d.next_token()? {
-            Some(event) if !event.delta.is_empty() => on_delta(&event.delta),
-            Some(_) => {}
-            None => break,
-        }
-    }
-    let tail = d.flush();
-    if !tail.is_empty() {
-        on_delta(&tail);
-    }
-    let g = d.finish();
+    let d = generator.start(&live.cache, &prompt, &opts)?;
+    // A cut narration (shutdown) is still published: what was said so far is true.
+    let g = d.run(cancel, &mut on_delta)?.generation;
     let total = started.elapsed();
     Ok(Generated {
         text: g.text,

@@ -5,7 +5,7 @@
 //! `N = 3 * block^2` normalised values (`x = (u/255 - 0.5) / 0.5`), compared with the previous
 //! *pushed* frame (not the last kept token). The first frame after construction or
 //! [`Pruner::reset`] is kept whole, and every frame keeps at least `min_tokens` tokens by forcing
-//! the first ones in raster order. See REFERENCE.md §1a.
+//! the first ones in raster order. See docs/REFERENCE.md §1a.
 //!
 //! Modes: [`PruneMode::Reference`] reproduces the reference float32 masks with an integer rule on
 //! the sum of absolute 8-bit differences (see [`SadBound`] for the derivation and its proof);
@@ -28,9 +28,7 @@ mod geometry;
 pub mod inspect;
 pub mod oracle;
 
-use std::fmt;
-use std::str::FromStr;
-
+pub use crate::config::{ParsePruneModeError, PruneMode, PruneParams};
 pub use adaptive::{
     NOISE_CAP_LEVELS, NOISE_FACTOR, NOISE_FALL, NOISE_MARGIN_LEVELS, NOISE_QUANTILE, NOISE_RISE,
 };
@@ -41,87 +39,6 @@ pub use error::PruneError;
 pub use geometry::{Geometry, MAX_BLOCK};
 
 use decide::Decider;
-
-/// How tokens are selected.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum PruneMode {
-    /// VideoLLaMA3's rule, masks identical to the float32 reference.
-    #[default]
-    Reference,
-    /// Ours: threshold raised above the camera's measured noise floor; reported per frame.
-    Adaptive,
-    /// Keep every token (SADs, scores and `identical` are still computed).
-    Off,
-}
-
-impl fmt::Display for PruneMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PruneMode::Reference => "reference",
-            PruneMode::Adaptive => "adaptive",
-            PruneMode::Off => "off",
-        })
-    }
-}
-
-/// A string that names no [`PruneMode`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParsePruneModeError {
-    /// The rejected text.
-    pub given: String,
-}
-
-impl fmt::Display for ParsePruneModeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown prune mode {:?}: expected reference, adaptive or off",
-            self.given
-        )
-    }
-}
-
-impl std::error::Error for ParsePruneModeError {}
-
-impl FromStr for PruneMode {
-    type Err = ParsePruneModeError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [PruneMode::Reference, PruneMode::Adaptive, PruneMode::Off]
-            .into_iter()
-            .find(|m| s.eq_ignore_ascii_case(&m.to_string()))
-            .ok_or_else(|| ParsePruneModeError {
-                given: s.to_string(),
-            })
-    }
-}
-
-/// Pruning parameters; `Default` gives the reference values.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PruneParams {
-    /// Selection mode.
-    pub mode: PruneMode,
-    /// Reference threshold on `d = 255 * mean|Δx|` (0.1; keep iff strictly greater).
-    pub threshold: f32,
-    /// Tokens forced per frame when fewer pass (1; the first ones in raster order).
-    pub min_tokens: usize,
-    /// ViT patch side in pixels (14).
-    pub patch: usize,
-    /// Spatial merge factor (2): a token covers `patch * merge` pixels square.
-    pub merge: usize,
-}
-
-impl Default for PruneParams {
-    fn default() -> Self {
-        PruneParams {
-            mode: PruneMode::Reference,
-            threshold: 0.1,
-            min_tokens: 1,
-            patch: 14,
-            merge: 2,
-        }
-    }
-}
 
 impl PruneParams {
     /// Check what can be checked without a frame size (`min_tokens` is checked by

@@ -12,7 +12,7 @@ use super::geometry::Geometry;
 /// How 8-bit values become normalised float32 values (mean = std = 0.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Normalise {
-    /// REFERENCE.md §1a: `v = f32(u * (1/255) in f64)`, then `x = (v - 0.5f32) / 0.5f32`.
+    /// docs/REFERENCE.md §1a: `v = f32(u * (1/255) in f64)`, then `x = (v - 0.5f32) / 0.5f32`.
     #[default]
     Rescale,
     /// Fast processors fold the rescale into mean/std: `x = (f32(u) - 127.5) / 127.5`.

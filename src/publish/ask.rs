@@ -5,9 +5,10 @@
 //! taken from the final message, which always carries the whole text.
 
 use super::Endpoint;
-use super::payload::{Answer, AnswerMessage, ErrorReply};
+use super::payload::{AnswerMessage, ErrorReply};
 use super::topics::Topics;
 use crate::config::MqttProtocol;
+use crate::query::Answer;
 use std::time::{Duration, Instant};
 
 /// What to ask.

@@ -2,17 +2,18 @@
 //!
 //! Two tasks: the *poller* only polls rumqttc's event loop (which progresses only while polled,
 //! and whose `poll` is not safe to cancel in a `select!`), backs off with jitter after errors
-//! (rumqttc retries in a tight loop by itself, FACTS §3.1) and forwards events; the *controller*
-//! owns the outbox side: it hands messages to the client, matches packet ids to messages,
-//! re-subscribes and republishes `online` and the retained state after every CONNACK, and
-//! validates incoming questions.
+//! (rumqttc retries in a tight loop by itself; docs/ARCHITECTURE.md, "Platform facts") and
+//! forwards events; the *controller* owns the outbox side: it hands messages to the client,
+//! matches packet ids to messages, re-subscribes and republishes `online` and the retained state
+//! after every CONNACK, and validates incoming questions.
 
 use super::outbox::{Class, Message};
-use super::payload::{ErrorCode, ErrorNotice, ErrorReply, QueryError, unix_now};
+use super::payload::{ErrorNotice, ErrorReply, unix_now};
 use super::publisher::{QueryRequest, ReplyTo, Shared, lock};
-use super::query::validate;
 use super::wire::{Incoming, WireClient, WireEvent, WireLoop};
-use crate::supervisor::Backoff;
+use crate::base::Backoff;
+use crate::query::{ErrorCode, QueryError};
+use crate::query::{Rejection, validate};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -325,7 +326,7 @@ impl Controller {
         };
         let result = {
             let cameras = lock(&shared.cameras);
-            validate(camera, &m.payload, &shared.limits, &cameras)
+            validate(camera, &m.payload, Instant::now(), &shared.limits, &cameras)
         };
         let reply_for = |id: &str| ReplyTo {
             id: id.to_string(),
@@ -352,22 +353,18 @@ impl Controller {
                     ),
                 );
                 match result {
-                    Ok(q) => {
-                        publisher.answer_error(&reply_for(&q.id), error);
+                    Ok((id, _)) => {
+                        publisher.answer_error(&reply_for(&id), error);
                     }
-                    Err(super::query::Rejection { id: Some(id), .. }) => {
+                    Err(Rejection { id: Some(id), .. }) => {
                         publisher.answer_error(&reply_for(&id), error);
                     }
                     Err(r) => self.notice(&m.topic, camera, r.raw_id, error),
                 }
             }
-            (Ok(query), _) => {
-                let reply = reply_for(&query.id);
-                let request = QueryRequest {
-                    query,
-                    reply,
-                    received: Instant::now(),
-                };
+            (Ok((id, query)), _) => {
+                let reply = reply_for(&id);
+                let request = QueryRequest { id, query, reply };
                 match self.queries.try_send(request) {
                     Ok(()) => {
                         counters.queries_accepted.fetch_add(1, Ordering::Relaxed);

@@ -10,26 +10,24 @@ mod connection;
 pub mod outbox;
 pub mod payload;
 mod publisher;
-pub mod query;
 mod tls;
 pub mod topics;
 mod wire;
 
 pub use outbox::{OutboxStats, Pushed};
 pub use payload::{
-    Answer, AnswerMessage, ChangeEvent, ChangeKind, Chunk, ErrorCode, ErrorNotice, ErrorReply,
-    FinishReason, Narration, QueryError, StatusMessage, Trigger, unix_now, unix_secs,
+    AnswerMessage, Chunk, ErrorNotice, ErrorReply, StatusMessage, unix_now, unix_secs,
 };
 pub use publisher::{
     AnswerStream, NarrationStream, PublishStats, Publisher, QueryRequest, ReplyTo,
 };
-pub use query::{CameraDirectory, MAX_TOKENS_LIMIT, Query, QueryLimits, Rejection, validate};
 pub use tls::client_config as tls_client_config;
 pub use topics::Topics;
 pub use wire::ConnectOptions;
 
+use crate::base::Backoff;
 use crate::config::{BrokerChoice, MqttConfig, MqttProtocol, Secret};
-use crate::supervisor::Backoff;
+use crate::query::{CameraDirectory, MAX_TOKENS_LIMIT, QueryLimits};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};

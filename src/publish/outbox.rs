@@ -2,11 +2,11 @@
 //! the broker is unreachable.
 //!
 //! rumqttc keeps unacknowledged QoS 1 publishes in `EventLoop::pending`, but clears them when the
-//! broker answers a reconnect with `session_present = false` (rumqttc 0.25 CHANGELOG; shared FACTS
-//! §3.1): a broker restart without persistence, or any clean session, silently loses them. So a
-//! reliable message stays here until its PUBACK, and everything unacknowledged is sent again, in
-//! order, after every CONNACK. That can duplicate a message (QoS 1 allows it); it never loses one
-//! within the bound.
+//! broker answers a reconnect with `session_present = false` (rumqttc 0.25 CHANGELOG;
+//! docs/ARCHITECTURE.md, "Platform facts"): a broker restart without persistence, or any clean
+//! session, silently loses them. So a reliable message stays here until its PUBACK, and
+//! everything unacknowledged is sent again, in order, after every CONNACK. That can duplicate a
+//! message (QoS 1 allows it); it never loses one within the bound.
 //!
 //! Plain data, no I/O: the connection task drives it, the hot path only pushes.
 

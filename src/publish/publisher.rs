@@ -2,17 +2,15 @@
 //! returns: nothing here waits on the network (a `std` mutex is held for the push only).
 
 use super::outbox::{Class, Message, Outbox, OutboxStats, Pushed};
-use super::payload::{
-    Answer, ChangeEvent, Chunk, ErrorReply, Narration, QueryError, StatusMessage, unix_now,
-};
-use super::query::{CameraDirectory, Query, QueryLimits};
+use super::payload::{Chunk, ErrorReply, StatusMessage, unix_now};
 use super::topics::Topics;
+use crate::narrate::{ChangeEvent, Narration};
+use crate::query::{Answer, CameraDirectory, Deltas, QueryError, QueryLimits, ValidQuery};
 use crate::supervisor::CameraReport;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 use tokio::sync::Notify;
 
 /// Where the answer to one query goes: its answer topic (or MQTT 5 response topic) and the
@@ -32,12 +30,12 @@ pub struct ReplyTo {
 /// A valid question, handed to the query stage.
 #[derive(Debug, Clone)]
 pub struct QueryRequest {
-    /// What was asked.
-    pub query: Query,
+    /// The query's id (its answer topic).
+    pub id: String,
+    /// What was asked, checked (it carries when it arrived).
+    pub query: ValidQuery,
     /// Where to answer.
     pub reply: ReplyTo,
-    /// When it arrived (for time-to-first-token).
-    pub received: Instant,
 }
 
 /// Counters of the MQTT side, for status lines and metrics.
@@ -364,6 +362,12 @@ impl AnswerStream {
     /// Ends the answer with an error reply instead (e.g. generation failed midway).
     pub fn fail(self, error: QueryError) -> Pushed {
         self.publisher.answer_error(&self.reply, error)
+    }
+}
+
+impl Deltas for AnswerStream {
+    fn delta(&mut self, text: &str) {
+        self.chunk(text);
     }
 }
 

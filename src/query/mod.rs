@@ -1,7 +1,8 @@
-//! Query: questions over a camera's recent footage, answered from its memory (DESIGN §4.6).
+//! Query: questions over a camera's recent footage, answered from its memory
+//! (docs/ARCHITECTURE.md, "Memory and live KV cache").
 //!
 //! ```text
-//! question ─► admit (concurrency + queue, else `busy`) ─► validate ─► camera memory snapshot
+//! question ─► validate once (ValidQuery) ─► admit (concurrency + queue, else `busy`) ─► snapshot
 //!    live cache covers the window? ── yes ─► fork (O(1)) + frames newer than the cache
 //!                                    no ──► system turn + the window's frames from memory
 //!    + user turn + assistant opening ─► prefill ─► decode, streaming deltas ─► answer + timings
@@ -10,17 +11,20 @@
 //! The vision encoder never runs here: every frame comes from memory. A conversation id keeps the
 //! answer's cache so a follow-up continues from it, with the footage that arrived since.
 
+mod answer;
 mod conversation;
+mod validate;
 
+pub use answer::{Answer, ErrorCode, FinishReason, QueryError};
 pub use conversation::Conversations;
+pub use validate::{
+    CameraDirectory, MAX_TOKENS_LIMIT, QueryLimits, Rejection, ValidQuery, valid_id, validate,
+};
 
 use crate::config::QueryConfig;
 use crate::generate::render::{self, Role};
 use crate::generate::{GenerateError, GenerateOptions, Generator, StopReason};
 use crate::memory::{CameraMemory, MemoryFrame, WatchStats};
-use crate::publish::{
-    Answer, AnswerStream, ErrorCode, FinishReason, Publisher, QueryError, QueryRequest,
-};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -29,7 +33,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::memory::live::StreamPrompt;
 
-/// One question.
+/// A question from inside the process (tests, benches, the command line), checked into a
+/// [`ValidQuery`] by [`QueryService::check`] before anything answers it.
 #[derive(Debug, Clone)]
 pub struct AskRequest {
     /// Camera id.
@@ -119,12 +124,6 @@ impl<F: FnMut(&str) + Send + 'static> Deltas for F {
     }
 }
 
-impl Deltas for AnswerStream {
-    fn delta(&mut self, text: &str) {
-        self.chunk(text);
-    }
-}
-
 /// A place among the questions being answered or waiting; dropping it frees the place.
 #[derive(Debug)]
 pub struct Admission {
@@ -146,7 +145,7 @@ impl Default for AskLimits {
     fn default() -> Self {
         AskLimits {
             question_max_chars: 2000,
-            max_tokens: crate::publish::MAX_TOKENS_LIMIT,
+            max_tokens: MAX_TOKENS_LIMIT,
             queue: 16,
         }
     }
@@ -279,12 +278,49 @@ impl QueryService {
             })
     }
 
-    /// Answers an admitted question: waits for a generation slot, then generates on a blocking
-    /// thread, passing text to `out` as it comes. Returns `out` with the outcome.
+    /// Checks an in-process question into a [`ValidQuery`], with the rules and codes MQTT
+    /// questions get (the cameras are those with a memory here).
+    pub fn check(&self, req: &AskRequest) -> Result<ValidQuery, QueryError> {
+        let cameras = {
+            let cams = self.inner.cameras.read().unwrap_or_else(|p| p.into_inner());
+            CameraDirectory::new(cams.values().map(|m| (m.camera.clone(), m.window)))
+        };
+        let limits = QueryLimits {
+            max_bytes: usize::MAX,
+            question_max_chars: self.inner.limits.question_max_chars,
+            max_tokens: self.inner.limits.max_tokens,
+        };
+        ValidQuery::check(
+            &req.camera,
+            &req.question,
+            req.window,
+            req.max_tokens,
+            req.conversation.clone(),
+            req.received,
+            &limits,
+            &cameras,
+        )
+    }
+
+    /// Checks and answers an admitted in-process question (see [`QueryService::ask_valid`]).
     pub async fn ask<D: Deltas>(
         &self,
         admission: Admission,
         request: AskRequest,
+        out: D,
+    ) -> (D, Result<AnswerReport, QueryError>) {
+        match self.check(&request) {
+            Ok(q) => self.ask_valid(admission, q, out).await,
+            Err(e) => (out, Err(e)),
+        }
+    }
+
+    /// Answers an admitted question: waits for a generation slot, then generates on a blocking
+    /// thread, passing text to `out` as it comes. Returns `out` with the outcome.
+    pub async fn ask_valid<D: Deltas>(
+        &self,
+        admission: Admission,
+        query: ValidQuery,
         mut out: D,
     ) -> (D, Result<AnswerReport, QueryError>) {
         let running = match self.inner.running.clone().acquire_owned().await {
@@ -297,7 +333,7 @@ impl QueryService {
         let service = self.clone();
         let job = tokio::task::spawn_blocking(move || {
             let _held = (admission, running);
-            let r = service.answer(&request, &mut |d: &str| out.delta(d));
+            let r = service.answer_valid(&query, &mut |d: &str| out.delta(d));
             (out, r)
         });
         match job.await {
@@ -310,14 +346,24 @@ impl QueryService {
         }
     }
 
-    /// Answers a question on the calling thread (blocking), without admission control.
+    /// Checks and answers a question on the calling thread (blocking), without admission control.
     pub fn answer(
         &self,
         req: &AskRequest,
         on_delta: &mut dyn FnMut(&str),
     ) -> Result<AnswerReport, QueryError> {
-        let cam = self.camera(&req.camera)?;
-        let result = self.answer_on(&cam, req, on_delta);
+        let query = self.check(req)?;
+        self.answer_valid(&query, on_delta)
+    }
+
+    /// Answers a valid question on the calling thread (blocking), without admission control.
+    pub fn answer_valid(
+        &self,
+        query: &ValidQuery,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<AnswerReport, QueryError> {
+        let cam = self.camera(query.camera())?;
+        let result = self.answer_on(&cam, query, on_delta);
         let stats = &cam.stats;
         match &result {
             Ok(r) => {
@@ -353,49 +399,13 @@ impl QueryService {
     fn answer_on(
         &self,
         cam: &CameraMemory,
-        req: &AskRequest,
+        req: &ValidQuery,
         on_delta: &mut dyn FnMut(&str),
     ) -> Result<AnswerReport, QueryError> {
         let inner = &self.inner;
-        let question = req.question.trim();
-        if question.is_empty() {
-            return Err(err(ErrorCode::EmptyQuestion, "`question` is empty"));
-        }
-        let chars = question.chars().count();
-        if chars > inner.limits.question_max_chars {
-            return Err(err(
-                ErrorCode::QuestionTooLong,
-                format!(
-                    "`question` has {chars} characters; at most {} are accepted",
-                    inner.limits.question_max_chars
-                ),
-            ));
-        }
-        let window = req.window.unwrap_or(cam.window);
-        if window > cam.window + Duration::from_micros(1) {
-            return Err(err(
-                ErrorCode::WindowTooLong,
-                format!(
-                    "`window_secs` = {} is more than camera `{}` keeps ({} s, its window_secs)",
-                    window.as_secs_f64(),
-                    cam.camera,
-                    cam.window.as_secs_f64()
-                ),
-            ));
-        }
-        if window.is_zero() {
-            return Err(err(ErrorCode::InvalidField, "`window_secs` must be > 0"));
-        }
-        let max_tokens = req.max_tokens.unwrap_or(inner.cfg.max_tokens);
-        if max_tokens == 0 || max_tokens > inner.limits.max_tokens {
-            return Err(err(
-                ErrorCode::InvalidField,
-                format!(
-                    "`max_tokens` must be between 1 and {}, got {max_tokens}",
-                    inner.limits.max_tokens
-                ),
-            ));
-        }
+        let question = req.question();
+        let window = req.window().min(cam.window);
+        let max_tokens = req.max_tokens().unwrap_or(inner.cfg.max_tokens);
         let generator = match &inner.model {
             Ok(g) => g,
             Err(reason) => {
@@ -405,11 +415,11 @@ impl QueryService {
                 ));
             }
         };
-        let taken = req
-            .conversation
+        let conversation = req.conversation().map(str::to_string);
+        let taken = conversation
             .as_ref()
             .and_then(|id| self.conversations().take(id));
-        let previous = match (&req.conversation, taken) {
+        let previous = match (&conversation, taken) {
             (Some(id), taken) => match taken {
                 Some(c) if c.camera != cam.camera => {
                     let camera = c.camera.clone();
@@ -429,7 +439,7 @@ impl QueryService {
         };
         let snap = cam.snapshot();
         let Some(newest) = snap.frames.last().cloned() else {
-            if let (Some(c), Some(id)) = (previous, &req.conversation) {
+            if let (Some(c), Some(id)) = (previous, &conversation) {
                 self.conversations().put(id.clone(), c);
             }
             return Err(err(
@@ -528,7 +538,7 @@ impl QueryService {
             max_new_tokens: max_tokens as usize,
             ..GenerateOptions::default()
         };
-        let mut d = match generator.start(&base, &prompt, &opts) {
+        let d = match generator.start(&base, &prompt, &opts) {
             Ok(d) => d,
             Err(GenerateError::ContextFull { cached, new, max }) => {
                 return Err(err(
@@ -540,38 +550,22 @@ impl QueryService {
             }
             Err(e) => return Err(internal(e)),
         };
-        let mut first_token = None;
-        while !inner.cancel.load(Ordering::Relaxed) {
-            match d.next_token().map_err(internal)? {
-                Some(event) => {
-                    first_token.get_or_insert_with(|| req.received.elapsed());
-                    if !event.delta.is_empty() {
-                        on_delta(&event.delta);
-                    }
-                }
-                None => break,
-            }
-        }
-        if d.stop_reason().is_none() && inner.cancel.load(Ordering::Relaxed) {
+        let run = d.run(&inner.cancel, on_delta).map_err(internal)?;
+        if run.cut {
             // Cut by shutdown: a partial text must not pass for a finished answer.
             return Err(err(
                 ErrorCode::Internal,
                 format!(
                     "the runtime is shutting down; the answer was cut after {} tokens",
-                    d.tokens().len()
+                    run.generation.tokens.len()
                 ),
             ));
         }
-        if first_token.is_none() && d.stop_reason().is_some() {
-            // Stopped at once (the first token was a stop token): that was the first token.
-            first_token = Some(req.received.elapsed());
-        }
-        let tail = d.flush();
-        if !tail.is_empty() {
-            on_delta(&tail);
-        }
-        let g = d.finish();
-        let total = req.received.elapsed();
+        let first_token = run
+            .first_token_at
+            .map(|t| t.saturating_duration_since(req.received()));
+        let g = run.generation;
+        let total = req.received().elapsed();
         let finish = match g.stop {
             StopReason::EndOfTurn(_) => FinishReason::Stop,
             StopReason::TokenLimit | StopReason::ContextFull => FinishReason::MaxTokens,
@@ -589,7 +583,7 @@ impl QueryService {
             forked,
             turn,
         };
-        if let Some(id) = &req.conversation {
+        if let Some(id) = &conversation {
             self.conversations().put(
                 id.clone(),
                 conversation::Conversation {
@@ -630,71 +624,4 @@ fn fit_budget(mut frames: Vec<Arc<MemoryFrame>>, budget: usize) -> Vec<Arc<Memor
 fn internal(e: GenerateError) -> QueryError {
     tracing::error!(error = %e, "Answer failed");
     err(ErrorCode::Internal, format!("generation failed: {e}"))
-}
-
-/// How long a question held while the model loaded waits for its camera's first encoded frames.
-const HELD_FOOTAGE_WAIT: Duration = Duration::from_secs(5);
-
-/// Answers the valid questions MQTT delivers, `held` ones first (those that arrived while the
-/// model loaded): a question that finds no place gets `busy`, the others stream their answer as
-/// chunks and end with the final message or an error reply.
-pub async fn serve_mqtt(
-    service: QueryService,
-    held: Vec<QueryRequest>,
-    mut questions: tokio::sync::mpsc::Receiver<QueryRequest>,
-    publisher: Publisher,
-) {
-    let mut held = held.into_iter();
-    loop {
-        let (q, was_held) = match held.next() {
-            Some(q) => (q, true),
-            None => match questions.recv().await {
-                Some(q) => (q, false),
-                None => break,
-            },
-        };
-        let admission = match service.admit() {
-            Ok(a) => a,
-            Err(e) => {
-                publisher.count_busy();
-                publisher.answer_error(&q.reply, e);
-                continue;
-            }
-        };
-        let service = service.clone();
-        let publisher = publisher.clone();
-        tokio::spawn(async move {
-            let id = q.query.id.clone();
-            let camera = q.query.camera.clone();
-            if was_held {
-                // The memory is still encoding what the camera saw while the model loaded.
-                service.wait_for_footage(&camera, HELD_FOOTAGE_WAIT).await;
-            }
-            let request = AskRequest {
-                camera: q.query.camera,
-                question: q.query.question,
-                window: Some(q.query.window),
-                max_tokens: q.query.max_tokens,
-                conversation: q.query.conversation,
-                received: q.received,
-            };
-            let stream = publisher.answer_stream(q.reply);
-            let (stream, result) = service.ask(admission, request, stream).await;
-            match result {
-                Ok(report) => {
-                    tracing::info!(
-                        target: "answer", camera = %camera, id = %id,
-                        first_token_ms = format!("{:.0}", report.first_token.as_secs_f64() * 1e3),
-                        tokens = report.generated_tokens, frames = report.frames, forked = report.forked,
-                        "Answered"
-                    );
-                    stream.finish(&report.to_answer(&id, &camera));
-                }
-                Err(e) => {
-                    tracing::info!(target: "answer", camera = %camera, id = %id, error = %e, "Question refused");
-                    stream.fail(e);
-                }
-            }
-        });
-    }
 }

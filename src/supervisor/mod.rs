@@ -5,12 +5,11 @@
 //! last retry reason. Fatal problems (a missing hardware element, a broken template) and the end
 //! of a file stop the camera instead of retrying forever.
 
-mod backoff;
 mod report;
 
-pub use backoff::Backoff;
 pub use report::{CameraReport, RateMeter};
 
+use crate::base::{Backoff, Clock};
 use crate::config::{CameraConfig, Config, VisionConfig};
 use crate::ingest::{CameraShared, IngestError, Session, SessionEvent};
 use crate::prune::Pruner;
@@ -60,12 +59,12 @@ pub struct CameraStatus {
 }
 
 impl CameraStatus {
-    fn new(state: CameraState, reason: Option<String>) -> Self {
+    fn new(state: CameraState, reason: Option<String>, since: Instant) -> Self {
         CameraStatus {
             state,
             reason,
             restarts: 0,
-            since: Instant::now(),
+            since,
         }
     }
 }
@@ -137,6 +136,7 @@ impl CameraHandle {
 pub struct Supervisor {
     cameras: Vec<CameraHandle>,
     vision: VisionConfig,
+    clock: Clock,
 }
 
 /// What a configuration reload changed.
@@ -153,16 +153,23 @@ pub struct ReloadSummary {
 }
 
 impl Supervisor {
-    /// Starts every enabled camera. Must be called inside a tokio runtime.
+    /// Starts every enabled camera on the system clock. Must be called inside a tokio runtime.
     pub fn start(config: &Config) -> Supervisor {
+        Supervisor::start_with(config, Clock::system())
+    }
+
+    /// Starts every enabled camera; status times, the frame-age watchdog and the backoff follow
+    /// `clock`. Must be called inside a tokio runtime.
+    pub fn start_with(config: &Config, clock: Clock) -> Supervisor {
         let cameras = config
             .cameras
             .iter()
-            .map(|cfg| spawn_camera(cfg.clone(), config.vision))
+            .map(|cfg| spawn_camera(cfg.clone(), config.vision, clock.clone()))
             .collect();
         Supervisor {
             cameras,
             vision: config.vision,
+            clock,
         }
     }
 
@@ -184,11 +191,13 @@ impl Supervisor {
                     let mut previous = old.remove(i);
                     previous.stop(bound).await;
                     summary.restarted.push(cfg.id.clone());
-                    self.cameras.push(spawn_camera(cfg.clone(), config.vision));
+                    self.cameras
+                        .push(spawn_camera(cfg.clone(), config.vision, self.clock.clone()));
                 }
                 None => {
                     summary.added.push(cfg.id.clone());
-                    self.cameras.push(spawn_camera(cfg.clone(), config.vision));
+                    self.cameras
+                        .push(spawn_camera(cfg.clone(), config.vision, self.clock.clone()));
                 }
             }
         }
@@ -255,17 +264,18 @@ impl Supervisor {
     }
 }
 
-fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
+fn spawn_camera(cfg: CameraConfig, vision: VisionConfig, clock: Clock) -> CameraHandle {
     let (stop, shutdown) = watch::channel(false);
     let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size));
     // One spare slot: timestamps jitter around the window's edge.
     let window = Arc::new(Window::new(cfg.window, cfg.window_frames() + 1));
     let initial = if cfg.enabled {
-        CameraStatus::new(CameraState::Starting, None)
+        CameraStatus::new(CameraState::Starting, None, clock.now())
     } else {
         CameraStatus::new(
             CameraState::Stopped,
             Some("disabled in the configuration".into()),
+            clock.now(),
         )
     };
     let (tx, rx) = watch::channel(initial);
@@ -292,6 +302,7 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
         window: view.window.clone(),
         status: tx.clone(),
         shutdown,
+        clock: clock.clone(),
     };
     let id = view.config.id.clone();
     let task = tokio::spawn(async move {
@@ -303,7 +314,7 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig) -> CameraHandle {
             tx.send_modify(|s| {
                 s.state = CameraState::Stopped;
                 s.reason = Some("internal error: the camera task crashed (see log)".into());
-                s.since = Instant::now();
+                s.since = clock.now();
             });
         }
     });
@@ -335,6 +346,7 @@ struct CameraTask {
     window: Arc<Window>,
     status: Arc<watch::Sender<CameraStatus>>,
     shutdown: watch::Receiver<bool>,
+    clock: Clock,
 }
 
 /// How often the frame-age watchdog looks.
@@ -347,7 +359,7 @@ impl CameraTask {
     fn set_state(&self, state: CameraState, reason: Option<String>) {
         self.status.send_modify(|s| {
             if s.state != state {
-                s.since = Instant::now();
+                s.since = self.clock.now();
             }
             s.state = state;
             s.reason = reason;
@@ -366,7 +378,7 @@ impl CameraTask {
             if *self.shutdown.borrow() {
                 break;
             }
-            let started = Instant::now();
+            let started = self.clock.now();
             match self.run_once().await {
                 Outcome::Shutdown => break,
                 Outcome::Finished(reason) => {
@@ -376,7 +388,8 @@ impl CameraTask {
                 }
                 Outcome::Failed(reason) => {
                     // A camera that ran for a while before failing starts again from a short delay.
-                    if started.elapsed() >= self.cfg.retry_max.max(Duration::from_secs(10)) {
+                    if self.clock.since(started) >= self.cfg.retry_max.max(Duration::from_secs(10))
+                    {
                         backoff.reset();
                     }
                     let delay = backoff.next_delay();
@@ -391,7 +404,7 @@ impl CameraTask {
                         s.restarts += 1;
                         s.state = CameraState::Retrying;
                         s.reason = Some(reason);
-                        s.since = Instant::now();
+                        s.since = self.clock.now();
                     });
                     if self.wait(delay).await {
                         break;
@@ -458,9 +471,9 @@ impl CameraTask {
         }
         self.status.send_modify(|s| {
             s.state = CameraState::Starting;
-            s.since = Instant::now();
+            s.since = self.clock.now();
         });
-        let started = Instant::now();
+        let started = self.clock.now();
         let (cfg, vision, shared) = (self.cfg.clone(), self.vision, self.shared.clone());
         let start = tokio::task::spawn_blocking(move || Session::start(&cfg, &vision, shared));
         let mut session = match start.await {
@@ -519,13 +532,13 @@ impl CameraTask {
     /// Frame-age watchdog: a frozen RTSP server produces no error for ~26 s (docs/ARCHITECTURE.md, "Supervision").
     fn watchdog(&self, started: Instant) -> Option<String> {
         match self.shared.last_input() {
-            None if started.elapsed() > self.cfg.connect_timeout => Some(format!(
+            None if self.clock.since(started) > self.cfg.connect_timeout => Some(format!(
                 "no frame within {:.1} s of starting (connect_timeout_secs)",
                 self.cfg.connect_timeout.as_secs_f64()
             )),
-            Some(t) if t.elapsed() > self.cfg.stall => Some(format!(
+            Some(t) if self.clock.since(t) > self.cfg.stall => Some(format!(
                 "stalled: no frame for {:.1} s (stall_secs = {})",
-                t.elapsed().as_secs_f64(),
+                self.clock.since(t).as_secs_f64(),
                 self.cfg.stall.as_secs_f64()
             )),
             _ => None,

@@ -75,11 +75,10 @@ pub struct CameraReport {
 }
 
 impl CameraReport {
-    /// Reads a camera's status, counters and window.
-    pub fn collect(handle: &CameraView, meter: &mut RateMeter) -> CameraReport {
+    /// Reads a camera's status, counters and window at `now`.
+    pub fn collect(handle: &CameraView, meter: &mut RateMeter, now: Instant) -> CameraReport {
         let status = handle.status();
         let counters = handle.shared.counters.snapshot();
-        let now = Instant::now();
         let (fps_in, fps_sampled) = meter.rates(now, counters);
         let info = handle.window.info();
         let geometry = handle.shared.geometry.get().copied();

@@ -3,7 +3,7 @@
 //! A few dozen lines of HTTP/1.0 on a tokio listener instead of an HTTP framework: one read-only
 //! page, no keep-alive, bounded request size and time, so a scraper cannot hold resources.
 
-use super::histogram::{Histogram, write_histogram};
+use crate::base::{Histogram, write_histogram};
 use crate::engine::{EngineStatsSnapshot, Engines};
 use crate::memory::{CameraMemory, WatchStats};
 use crate::publish::{PublishStats, Publisher};
@@ -696,11 +696,11 @@ mod tests {
     fn the_other_pages_and_histograms_pass_the_same_format_check() {
         assert_prometheus_text(&render(&[]));
         assert_prometheus_text(&render_publish(&PublishStats::default()));
-        let h = crate::telemetry::Histogram::latency();
+        let h = crate::base::Histogram::latency();
         h.observe(Duration::from_millis(30));
         let mut text = String::from("# HELP h_seconds Test.\n# TYPE h_seconds histogram\n");
-        crate::telemetry::write_histogram(&mut text, "h_seconds", "camera=\"a\"", &h.snapshot());
-        crate::telemetry::write_histogram(&mut text, "h_seconds", "", &h.snapshot());
+        crate::base::write_histogram(&mut text, "h_seconds", "camera=\"a\"", &h.snapshot());
+        crate::base::write_histogram(&mut text, "h_seconds", "", &h.snapshot());
         assert_prometheus_text(&text);
     }
 

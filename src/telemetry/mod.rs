@@ -2,9 +2,7 @@
 //! latency histograms, and the control socket behind `edgevlm status`.
 
 pub mod control;
-pub mod histogram;
 pub mod metrics;
 mod systemd;
 
-pub use histogram::{Histogram, HistogramSnapshot, LATENCY_BUCKETS, write_histogram};
 pub use systemd::Systemd;

@@ -75,7 +75,7 @@ impl Mosquitto {
             let _ = c.wait();
         }
         assert!(
-            wait_port(self.port, false, Duration::from_secs(5)),
+            wait_port(self.port, false, Duration::from_secs(30)),
             "mosquitto did not stop"
         );
     }
@@ -100,7 +100,7 @@ impl Mosquitto {
             .expect("mosquitto (apt-get install mosquitto)");
         self.child = Some(child);
         assert!(
-            wait_port(self.port, true, Duration::from_secs(10)),
+            wait_port(self.port, true, Duration::from_secs(30)),
             "mosquitto did not start on {}",
             self.port
         );
@@ -209,6 +209,7 @@ impl Received {
 pub struct Watcher {
     got: Arc<Mutex<Vec<Received>>>,
     subscribed: Arc<AtomicBool>,
+    disconnects: Arc<std::sync::atomic::AtomicU64>,
     client: rumqttc::AsyncClient,
     task: tokio::task::JoinHandle<()>,
 }
@@ -231,8 +232,10 @@ impl Watcher {
         let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, 64);
         let got = Arc::new(Mutex::new(Vec::new()));
         let subscribed = Arc::new(AtomicBool::new(false));
+        let disconnects = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let filters: Vec<String> = filters.iter().map(|s| s.to_string()).collect();
         let (g, s, c) = (got.clone(), subscribed.clone(), client.clone());
+        let d = disconnects.clone();
         let task = tokio::spawn(async move {
             let mut pending_subacks = 0;
             loop {
@@ -259,6 +262,7 @@ impl Watcher {
                     Ok(_) => {}
                     Err(_) => {
                         s.store(false, Ordering::SeqCst);
+                        d.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -267,11 +271,12 @@ impl Watcher {
         let w = Watcher {
             got,
             subscribed,
+            disconnects,
             client,
             task,
         };
         assert!(
-            w.wait(Duration::from_secs(10), |_| w
+            w.wait(Duration::from_secs(30), |_| w
                 .subscribed
                 .load(Ordering::SeqCst))
                 .await,
@@ -313,6 +318,11 @@ impl Watcher {
             .publish(topic, rumqttc::QoS::AtLeastOnce, false, payload)
             .await
             .unwrap();
+    }
+
+    /// How many times its connection failed or was closed (it reconnects by itself).
+    pub fn disconnects(&self) -> u64 {
+        self.disconnects.load(Ordering::SeqCst)
     }
 
     /// Whether the watcher is connected and subscribed.

@@ -1,4 +1,5 @@
-//! An in-process RTSP camera: gst-rtsp-server serving `videotestsrc ! x264enc` (DESIGN §5).
+//! An in-process RTSP camera: gst-rtsp-server serving `videotestsrc ! x264enc`
+//! (docs/ARCHITECTURE.md, "Testing with real parts").
 //!
 //! Shared by the integration tests and by `examples/rtsp_test_server.rs`, which runs the same server
 //! in a child process so tests can kill or freeze it like a real camera.

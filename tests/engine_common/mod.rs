@@ -22,7 +22,7 @@ pub fn tiny_dir() -> PathBuf {
 /// CPU options for a model directory, one intra-op thread (deterministic and light on CI).
 pub fn options(dir: &Path) -> EngineOptions {
     let mut o = EngineOptions::cpu(dir);
-    o.threads = 1;
+    o.engine.threads = 1;
     o
 }
 

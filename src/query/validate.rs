@@ -1,25 +1,95 @@
-//! Questions: validation of a query payload, as a pure function, into a typed [`Query`] or a typed
-//! [`Rejection`] that says where the error reply goes and what was wrong.
+//! Validation of a question, once, into a [`ValidQuery`] that only this module can make: the
+//! question service takes nothing else. A payload from MQTT goes through [`validate`] (JSON
+//! shape, then the same checks); an in-process request through [`ValidQuery::check`].
 
-use super::payload::{ErrorCode, QueryError};
+use super::answer::{ErrorCode, QueryError};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use std::time::Instant;
 
-/// A valid question for one camera.
+/// A question that passed every check: its camera exists, its text is not empty and not too
+/// long, its window is within what the camera keeps, its limits are in range. Fields are private
+/// so nothing else can make one.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Query {
-    /// Client-chosen id (1-64 characters of `A-Z a-z 0-9 _ - .`), part of the answer topic.
-    pub id: String,
-    /// Camera id (from the topic).
-    pub camera: String,
+pub struct ValidQuery {
+    camera: String,
+    question: String,
+    window: Duration,
+    max_tokens: Option<u32>,
+    conversation: Option<String>,
+    received: Instant,
+}
+
+impl ValidQuery {
+    /// Checks an in-process question (no JSON): the same rules and codes as [`validate`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn check(
+        camera: &str,
+        question: &str,
+        window: Option<Duration>,
+        max_tokens: Option<u32>,
+        conversation: Option<String>,
+        received: Instant,
+        limits: &QueryLimits,
+        cameras: &CameraDirectory,
+    ) -> Result<ValidQuery, QueryError> {
+        if let Some(n) = max_tokens
+            && (n == 0 || n > limits.max_tokens)
+        {
+            return Err(bad_max_tokens(limits, &n.to_string()));
+        }
+        if let Some(c) = &conversation
+            && !valid_id(c)
+        {
+            return Err(bad_conversation(&format!("{c:?}")));
+        }
+        if window.is_some_and(|w| w.is_zero()) {
+            return Err(QueryError::new(
+                ErrorCode::InvalidField,
+                "`window_secs` must be a number > 0, got 0",
+            ));
+        }
+        checked(
+            camera,
+            question.trim(),
+            window.map(|w| w.as_secs_f64()),
+            max_tokens,
+            conversation,
+            received,
+            limits,
+            cameras,
+        )
+    }
+
+    /// Camera id.
+    pub fn camera(&self) -> &str {
+        &self.camera
+    }
+
     /// The question, trimmed.
-    pub question: String,
+    pub fn question(&self) -> &str {
+        &self.question
+    }
+
     /// How much recent footage to ground the answer on (the camera's whole window by default).
-    pub window: Duration,
-    /// Most tokens to generate; `None`: the engine's default.
-    pub max_tokens: Option<u32>,
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Most tokens to generate; `None`: `query.max_tokens`.
+    pub fn max_tokens(&self) -> Option<u32> {
+        self.max_tokens
+    }
+
     /// Conversation id: a follow-up with the same id continues from the previous answer.
-    pub conversation: Option<String>,
+    pub fn conversation(&self) -> Option<&str> {
+        self.conversation.as_deref()
+    }
+
+    /// When the question arrived (time to first token counts from here).
+    pub fn received(&self) -> Instant {
+        self.received
+    }
 }
 
 /// A refused query.
@@ -97,13 +167,15 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
-/// Validates the payload of a query that arrived for `camera`. Pure: no I/O, no clock.
+/// Validates the payload of a query that arrived for `camera` at `received`: its id (the reply
+/// topic) and the question. Pure: no I/O, no clock.
 pub fn validate(
     camera: &str,
     payload: &[u8],
+    received: Instant,
     limits: &QueryLimits,
     cameras: &CameraDirectory,
-) -> Result<Query, Rejection> {
+) -> Result<(String, ValidQuery), Rejection> {
     let oversized = payload.len() > limits.max_bytes;
     if payload.len() > PARSE_FOR_ID_LIMIT {
         return Err(reject(None, None, too_large(payload.len(), limits)));
@@ -232,35 +304,43 @@ pub fn validate(
         None | Some(serde_json::Value::Null) => None,
         Some(v) => match v.as_u64() {
             Some(n) if (1..=u64::from(limits.max_tokens)).contains(&n) => Some(n as u32),
-            _ => {
-                return Err(fail(QueryError::new(
-                    ErrorCode::InvalidField,
-                    format!(
-                        "`max_tokens` must be an integer between 1 and {}, got {}",
-                        limits.max_tokens,
-                        truncate(&v.to_string(), 32)
-                    ),
-                )));
-            }
+            _ => return Err(fail(bad_max_tokens(limits, &v.to_string()))),
         },
     };
     let conversation = match obj.get("conversation") {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(c)) if valid_id(c) => Some(c.clone()),
-        Some(other) => {
-            return Err(fail(QueryError::new(
-                ErrorCode::InvalidField,
-                format!(
-                    "`conversation` must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`, got {}",
-                    truncate(&other.to_string(), 70)
-                ),
-            )));
-        }
+        Some(other) => return Err(fail(bad_conversation(&other.to_string()))),
     };
+    checked(
+        camera,
+        question,
+        window_secs,
+        max_tokens,
+        conversation,
+        received,
+        limits,
+        cameras,
+    )
+    .map(|q| (id.clone(), q))
+    .map_err(fail)
+}
 
+/// The checks every question passes, whatever it came through.
+#[allow(clippy::too_many_arguments)]
+fn checked(
+    camera: &str,
+    question: &str,
+    window_secs: Option<f64>,
+    max_tokens: Option<u32>,
+    conversation: Option<String>,
+    received: Instant,
+    limits: &QueryLimits,
+    cameras: &CameraDirectory,
+) -> Result<ValidQuery, QueryError> {
     let Some(kept) = cameras.window(camera) else {
         let known: Vec<&str> = cameras.ids().collect();
-        return Err(fail(QueryError::new(
+        return Err(QueryError::new(
             ErrorCode::UnknownCamera,
             format!(
                 "no camera `{}` (cameras: {})",
@@ -271,23 +351,23 @@ pub fn validate(
                     known.join(", ")
                 }
             ),
-        )));
+        ));
     };
     if question.is_empty() {
-        return Err(fail(QueryError::new(
+        return Err(QueryError::new(
             ErrorCode::EmptyQuestion,
             "`question` is empty",
-        )));
+        ));
     }
     let chars = question.chars().count();
     if chars > limits.question_max_chars {
-        return Err(fail(QueryError::new(
+        return Err(QueryError::new(
             ErrorCode::QuestionTooLong,
             format!(
                 "`question` has {chars} characters; at most {} are accepted",
                 limits.question_max_chars
             ),
-        )));
+        ));
     }
     let window = match window_secs {
         None => kept,
@@ -295,23 +375,44 @@ pub fn validate(
         // because of float rounding.
         Some(w) if w <= kept.as_secs_f64() + 1e-6 => Duration::from_secs_f64(w).min(kept),
         Some(w) => {
-            return Err(fail(QueryError::new(
+            return Err(QueryError::new(
                 ErrorCode::WindowTooLong,
                 format!(
                     "`window_secs` = {w} is more than camera `{camera}` keeps ({} s, its window_secs)",
                     kept.as_secs_f64()
                 ),
-            )));
+            ));
         }
     };
-    Ok(Query {
-        id,
+    Ok(ValidQuery {
         camera: camera.to_string(),
         question: question.to_string(),
         window,
         max_tokens,
         conversation,
+        received,
     })
+}
+
+fn bad_max_tokens(limits: &QueryLimits, got: &str) -> QueryError {
+    QueryError::new(
+        ErrorCode::InvalidField,
+        format!(
+            "`max_tokens` must be an integer between 1 and {}, got {}",
+            limits.max_tokens,
+            truncate(got, 32)
+        ),
+    )
+}
+
+fn bad_conversation(got: &str) -> QueryError {
+    QueryError::new(
+        ErrorCode::InvalidField,
+        format!(
+            "`conversation` must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.`, got {}",
+            truncate(got, 70)
+        ),
+    )
 }
 
 fn reject(id: Option<String>, raw_id: Option<String>, error: QueryError) -> Rejection {
@@ -363,8 +464,8 @@ mod tests {
         CameraDirectory::new([("door".to_string(), Duration::from_secs(60))])
     }
 
-    fn check(camera: &str, payload: &str) -> Result<Query, Rejection> {
-        validate(camera, payload.as_bytes(), &LIMITS, &cams())
+    fn check(camera: &str, payload: &str) -> Result<ValidQuery, Rejection> {
+        validate(camera, payload.as_bytes(), Instant::now(), &LIMITS, &cams()).map(|(_, q)| q)
     }
 
     fn code(camera: &str, payload: &str) -> (Option<String>, ErrorCode) {
@@ -375,16 +476,16 @@ mod tests {
     #[test]
     fn a_valid_query_defaults_to_the_whole_window() {
         let q = check("door", r#"{"id":"q-1","question":"  Who came in? "}"#).unwrap();
-        assert_eq!(q.question, "Who came in?");
-        assert_eq!(q.window, Duration::from_secs(60));
-        assert_eq!(q.max_tokens, None);
+        assert_eq!(q.question(), "Who came in?");
+        assert_eq!(q.window(), Duration::from_secs(60));
+        assert_eq!(q.max_tokens(), None);
         let q = check(
             "door",
             r#"{"id":"q.2","question":"x","window_secs":60,"max_tokens":64}"#,
         )
         .unwrap();
-        assert_eq!(q.window, Duration::from_secs(60));
-        assert_eq!(q.max_tokens, Some(64));
+        assert_eq!(q.window(), Duration::from_secs(60));
+        assert_eq!(q.max_tokens(), Some(64));
     }
 
     #[test]
@@ -507,7 +608,13 @@ mod tests {
         ];
         for s in seeds {
             for end in 0..=s.len() {
-                let _ = validate("door", &s.as_bytes()[..end], &LIMITS, &cams());
+                let _ = validate(
+                    "door",
+                    &s.as_bytes()[..end],
+                    Instant::now(),
+                    &LIMITS,
+                    &cams(),
+                );
             }
         }
         let mut x = 0x1234_5678_u64;
@@ -520,7 +627,7 @@ mod tests {
                     x as u8
                 })
                 .collect();
-            let _ = validate("door", &bytes, &LIMITS, &cams());
+            let _ = validate("door", &bytes, Instant::now(), &LIMITS, &cams());
         }
     }
 }

@@ -1,21 +1,22 @@
-//! `run`'s watching stage: loads the model, keeps one memory worker per running camera in step with
-//! the supervisor (reloads included), and answers questions.
+//! The model side of a running runtime: loads the model, keeps one watch worker per running camera
+//! in step with the supervisor (reloads included), and the question service on their memories.
 
-use edgevlm::config::Config;
-use edgevlm::engine::{EngineOptions, Engines, Family};
-use edgevlm::generate::Generator;
-use edgevlm::memory::{CameraMemory, MemoryWorker, Outputs, WorkerOptions};
-use edgevlm::query::{AskLimits, QueryService};
-use edgevlm::supervisor::Supervisor;
+use crate::config::Config;
+use crate::engine::{EngineOptions, Engines, Family};
+use crate::generate::Generator;
+use crate::memory::CameraMemory;
+use crate::query::{AskLimits, QueryService};
+use crate::supervisor::Supervisor;
+use crate::watch::{Outputs, WatchOptions, WatchWorker};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Memory workers and the question service.
-pub(crate) struct Watching {
+/// Watch workers and the question service.
+pub(super) struct Watches {
     generator: Option<Generator>,
     service: QueryService,
-    workers: HashMap<String, MemoryWorker>,
+    workers: HashMap<String, WatchWorker>,
     memories: HashMap<String, Arc<CameraMemory>>,
     outputs: Outputs,
     system: Option<String>,
@@ -24,7 +25,7 @@ pub(crate) struct Watching {
 }
 
 /// Loads the engines `[engine]` names; `Err` says why no model serves (the rest keeps running).
-pub(crate) async fn load_model(config: &Config) -> Result<(Arc<Engines>, usize), String> {
+pub(super) async fn load_model(config: &Config) -> Result<(Arc<Engines>, usize), String> {
     if !config.engine.enabled {
         return Err("the engine stage is off (engine.enabled = false)".into());
     }
@@ -52,13 +53,13 @@ pub(crate) async fn load_model(config: &Config) -> Result<(Arc<Engines>, usize),
     Ok((Arc::new(loaded), max_context - reserve))
 }
 
-impl Watching {
+impl Watches {
     /// The stage on a loaded model, or without one (`Err(reason)`: questions get `no_model`).
-    pub(crate) fn new(
+    pub(super) fn new(
         config: &Config,
         model: Result<(Arc<Engines>, usize), String>,
         outputs: Outputs,
-    ) -> Watching {
+    ) -> Watches {
         let (generator, budget) = match model {
             Ok((engines, budget)) => (Generator::new(engines), budget),
             Err(reason) => {
@@ -71,7 +72,7 @@ impl Watching {
                     0,
                     0.0,
                 );
-                return Watching {
+                return Watches {
                     generator: None,
                     service,
                     workers: HashMap::new(),
@@ -96,7 +97,7 @@ impl Watching {
             budget,
             slack,
         );
-        Watching {
+        Watches {
             generator: Some(generator),
             service,
             workers: HashMap::new(),
@@ -109,17 +110,17 @@ impl Watching {
     }
 
     /// The question service.
-    pub(crate) fn service(&self) -> &QueryService {
+    pub(super) fn service(&self) -> &QueryService {
         &self.service
     }
 
     /// Memories of every camera, for reports.
-    pub(crate) fn memory(&self, camera: &str) -> Option<&Arc<CameraMemory>> {
+    pub(super) fn memory(&self, camera: &str) -> Option<&Arc<CameraMemory>> {
         self.memories.get(camera)
     }
 
     /// Every camera's memory, sorted by camera id (for `/metrics`).
-    pub(crate) fn memories(&self) -> Vec<Arc<CameraMemory>> {
+    pub(super) fn memories(&self) -> Vec<Arc<CameraMemory>> {
         let mut v: Vec<Arc<CameraMemory>> = self.memories.values().cloned().collect();
         v.sort_by(|a, b| a.camera.cmp(&b.camera));
         v
@@ -127,8 +128,8 @@ impl Watching {
 
     /// Starts, restarts or stops memory workers so that each running camera has one on its
     /// current window.
-    pub(crate) async fn sync(&mut self, supervisor: &Supervisor) {
-        let mut stale: Vec<MemoryWorker> = Vec::new();
+    pub(super) async fn sync(&mut self, supervisor: &Supervisor) {
+        let mut stale: Vec<WatchWorker> = Vec::new();
         let ids: Vec<String> = supervisor
             .cameras()
             .iter()
@@ -172,14 +173,14 @@ impl Watching {
             if !cam.config.enabled {
                 continue;
             }
-            let opts = WorkerOptions {
+            let opts = WatchOptions {
                 camera: cam.config.clone(),
                 system: self.system.clone(),
                 budget: self.budget,
                 slack: self.slack,
                 poll: Duration::from_millis(250),
             };
-            match MemoryWorker::start(
+            match WatchWorker::start(
                 generator.clone(),
                 cam.window.clone(),
                 memory,
@@ -190,7 +191,7 @@ impl Watching {
                     self.workers.insert(id, w);
                 }
                 Err(e) => {
-                    tracing::error!(camera = %id, error = %e, "Cannot start the memory worker");
+                    tracing::error!(camera = %id, error = %e, "Cannot start the watch worker");
                 }
             }
         }
@@ -198,16 +199,16 @@ impl Watching {
     }
 
     /// Ends generation in progress and stops every worker.
-    pub(crate) async fn shutdown(mut self) {
+    pub(super) async fn shutdown(mut self) {
         self.service.cancel_all();
-        let workers: Vec<MemoryWorker> = self.workers.drain().map(|(_, w)| w).collect();
+        let workers: Vec<WatchWorker> = self.workers.drain().map(|(_, w)| w).collect();
         stop_all(workers, STOP_BOUND).await;
     }
 
     /// Whether every worker thread is alive.
-    pub(crate) fn healthy(&self) -> Result<(), String> {
+    pub(super) fn healthy(&self) -> Result<(), String> {
         match self.workers.iter().find(|(_, w)| w.is_finished()) {
-            Some((id, _)) => Err(format!("camera {id}: memory worker ended")),
+            Some((id, _)) => Err(format!("camera {id}: watch worker ended")),
             None => Ok(()),
         }
     }
@@ -216,7 +217,7 @@ impl Watching {
 /// A narration or a question in progress ends at its next token; this bounds the wait for it.
 const STOP_BOUND: Duration = Duration::from_secs(5);
 
-async fn stop_all(workers: Vec<MemoryWorker>, bound: Duration) {
+async fn stop_all(workers: Vec<WatchWorker>, bound: Duration) {
     if workers.is_empty() {
         return;
     }
@@ -228,7 +229,7 @@ async fn stop_all(workers: Vec<MemoryWorker>, bound: Duration) {
         for w in workers {
             let id = w.memory().camera.clone();
             if !w.stop(bound) {
-                tracing::warn!(camera = %id, bound_secs = bound.as_secs_f64(), "Memory worker did not stop in time");
+                tracing::warn!(camera = %id, bound_secs = bound.as_secs_f64(), "Watch worker did not stop in time");
             }
         }
     })
@@ -238,7 +239,7 @@ async fn stop_all(workers: Vec<MemoryWorker>, bound: Duration) {
 fn limits(config: &Config) -> AskLimits {
     AskLimits {
         question_max_chars: config.mqtt.question_max_chars,
-        max_tokens: edgevlm::publish::MAX_TOKENS_LIMIT,
+        max_tokens: crate::query::MAX_TOKENS_LIMIT,
         queue: config.mqtt.query_queue,
     }
 }

@@ -1,17 +1,19 @@
-//! The per-camera memory worker: follows the camera's window, encodes each new frame once into
-//! memory, extends the live cache, asks the narrator whether to speak and narrates.
+//! One camera's watch: follows the camera's window, encodes each new frame once into memory,
+//! extends the live cache, asks the narrator whether to speak, narrates, and hands narrations and
+//! change events to the outputs.
 //!
 //! It runs on its own thread because every step is a blocking engine call; ingest never waits on
 //! it (the window is its only input). When it falls behind, frames wait in the window (and are
 //! counted as missed if they leave it first), and of the narrations triggered while it catches up
 //! only the newest is generated: the others are skipped and counted, never queued.
 
-use super::live::LiveOptions;
-use super::{CameraMemory, FrameEncoder, LiveCache, MemoryFrame, RebuildReason, WatchStats};
 use crate::config::CameraConfig;
 use crate::generate::Generator;
-use crate::narrate::{self, FrameSignal, Narrator};
-use crate::publish::{ChangeEvent, Narration, Publisher, Trigger};
+use crate::memory::{
+    CameraMemory, FrameEncoder, LiveCache, LiveOptions, MemoryFrame, RebuildReason, WatchStats,
+};
+use crate::narrate::{self, ChangeEvent, FrameSignal, Narration, Narrator, Trigger};
+use crate::publish::Publisher;
 use crate::ring::{Frame, Window};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -44,7 +46,7 @@ impl Outputs {
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
-pub struct WorkerOptions {
+pub struct WatchOptions {
     /// The camera (id, narration keys, DiffFP minimum, window).
     pub camera: CameraConfig,
     /// System message of the stream.
@@ -59,30 +61,30 @@ pub struct WorkerOptions {
 
 /// A running memory worker.
 #[derive(Debug)]
-pub struct MemoryWorker {
+pub struct WatchWorker {
     memory: Arc<CameraMemory>,
     window: Arc<Window>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl MemoryWorker {
+impl WatchWorker {
     /// Starts following `window` on a thread named `memory-<camera>`.
     pub fn start(
         generator: Generator,
         window: Arc<Window>,
         memory: Arc<CameraMemory>,
-        opts: WorkerOptions,
+        opts: WatchOptions,
         outputs: Outputs,
-    ) -> std::io::Result<MemoryWorker> {
-        let state = Watcher::new(generator, memory.clone(), opts, outputs);
+    ) -> std::io::Result<WatchWorker> {
+        let state = CameraWatch::new(generator, memory.clone(), opts, outputs);
         let stop = state.stop.clone();
         let name = format!("memory-{}", memory.camera);
         let follow = window.clone();
         let thread = std::thread::Builder::new()
             .name(name.chars().take(15).collect())
             .spawn(move || state.follow(&follow))?;
-        Ok(MemoryWorker {
+        Ok(WatchWorker {
             memory,
             window,
             stop,
@@ -127,20 +129,20 @@ impl MemoryWorker {
     }
 }
 
-impl Drop for MemoryWorker {
+impl Drop for WatchWorker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
 
-/// The memory worker's state machine, driven by [`MemoryWorker`]'s thread or directly (tests,
-/// benches) with [`Watcher::step`].
-pub struct Watcher {
+/// One camera's watch as a state machine, driven by [`WatchWorker`]'s thread or directly (tests,
+/// benches) with [`CameraWatch::step`].
+pub struct CameraWatch {
     generator: Generator,
     memory: Arc<CameraMemory>,
     outputs: Outputs,
     stop: Arc<AtomicBool>,
-    opts: WorkerOptions,
+    opts: WatchOptions,
     encoder: FrameEncoder,
     live: Option<LiveCache>,
     narrator: Narrator,
@@ -162,24 +164,24 @@ fn unix_secs(t: SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
-impl std::fmt::Debug for Watcher {
+impl std::fmt::Debug for CameraWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watcher")
+        f.debug_struct("CameraWatch")
             .field("camera", &self.memory.camera)
             .field("last_seq", &self.last_seq)
             .finish_non_exhaustive()
     }
 }
 
-impl Watcher {
+impl CameraWatch {
     /// A watcher for one camera's memory.
     pub fn new(
         generator: Generator,
         memory: Arc<CameraMemory>,
-        opts: WorkerOptions,
+        opts: WatchOptions,
         outputs: Outputs,
-    ) -> Watcher {
-        Watcher {
+    ) -> CameraWatch {
+        CameraWatch {
             narrator: Narrator::new(opts.camera.narrate.clone(), opts.camera.prune.min_tokens),
             generator,
             memory,
