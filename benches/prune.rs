@@ -3,7 +3,7 @@
 //! next previous frame). Throughput is one frame's RGB bytes per iteration.
 //!
 //! Run: `cargo bench --bench prune -- --warm-up-time 1 --measurement-time 3`
-//! (with `--features cuda` on a GPU machine the `cuda/` cases run too).
+//! (with `--features prune-cuda` on a GPU machine the `cuda/` cases run too).
 
 use std::hint::black_box;
 
@@ -83,7 +83,7 @@ fn cpu(c: &mut Criterion) {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "prune-cuda")]
 fn gpu(c: &mut Criterion) {
     use edgevlm::prune::{Backend, BackendKind};
     const BATCH: usize = 16;
@@ -113,7 +113,7 @@ fn gpu(c: &mut Criterion) {
     }
 }
 
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "prune-cuda"))]
 fn gpu(_: &mut Criterion) {}
 
 criterion_group!(benches, cpu, gpu);

@@ -2,7 +2,7 @@
 # DiffFP GPU check: GPU-vs-CPU parity tests (a missing GPU FAILS here, it does not skip) and the
 # GPU bench. Under 5 minutes on a GPU machine.
 #
-#   scripts/device-check.sh            build with --features cuda and run (needs cargo on the
+#   scripts/device-check.sh            build with --features prune-cuda and run (needs cargo on the
 #                                      GPU machine)
 #   scripts/device-check.sh build DIR  build here only: copy the test and bench binaries to DIR
 #   scripts/device-check.sh run DIR    run binaries built by `build` (GPU machine without cargo;
@@ -20,10 +20,10 @@ dir="${2:-target/device-check}"
 build() {
     mkdir -p "$dir"
     # One line per built artefact; keep the test and bench executables we need.
-    cargo test --release --features cuda --test gpu_parity --no-run --message-format=json \
+    cargo test --release --features prune-cuda --test gpu_parity --no-run --message-format=json \
         | grep -o '"executable":"[^"]*gpu_parity[^"]*"' | cut -d'"' -f4 \
         | xargs -I{} cp {} "$dir/gpu_parity"
-    cargo bench --features cuda --bench prune --no-run --message-format=json \
+    cargo bench --features prune-cuda --bench prune --no-run --message-format=json \
         | grep -o '"executable":"[^"]*prune[^"]*"' | cut -d'"' -f4 \
         | xargs -I{} cp {} "$dir/prune_bench"
     ls -l "$dir"

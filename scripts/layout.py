@@ -13,7 +13,7 @@ functions = []
 modules = sorted(
     n[:-3] if n.endswith(".rs") else n
     for n in os.listdir(src)
-    if n not in ("lib.rs", "main.rs") and (n.endswith(".rs") or os.path.isdir(os.path.join(src, n)))
+    if n not in ("lib.rs", "main.rs", "cli") and (n.endswith(".rs") or os.path.isdir(os.path.join(src, n)))
 )
 fn_start = re.compile(r"^\s*(pub(\([a-z]+\))?\s+)?(async\s+)?(const\s+)?(unsafe\s+)?fn\s+(\w+)")
 for root, _, files in os.walk(src):

@@ -17,6 +17,15 @@ echo "== VideoLLaMA3: reduced checkpoint, export and transformers oracle (tests/
 echo "== reference resize: torch's bicubic on decoded frames (tests/ingest_resize.rs)"
 .venv-export/bin/python engines/videollama3/resize_reference.py
 
+echo "== formatting and lints (rustfmt, clippy with warnings as errors)"
+if command -v rustup >/dev/null 2>&1; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+  done
+fi
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 echo "== cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast

@@ -197,87 +197,24 @@ fn main() -> ExitCode {
             min_tokens,
             sample_fps,
             frames,
-        } => {
-            let mode = match mode.parse() {
-                Ok(m) => m,
-                Err(e) => {
-                    eprintln!("error: --mode: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let params = edgevlm::prune::PruneParams {
-                mode,
-                threshold,
-                min_tokens,
-                ..Default::default()
-            };
-            if let Err(e) = params.validate() {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-            match (raw, uri) {
-                (Some(raw), _) => {
-                    let (Some(w), Some(h)) = (width, height) else {
-                        eprintln!("error: --raw needs --width and --height");
-                        return ExitCode::from(2);
-                    };
-                    let mut out = std::io::stdout().lock();
-                    match edgevlm::prune::inspect::raw_file(
-                        &raw, w as usize, h as usize, params, &mut out,
-                    ) {
-                        Ok(_) => ExitCode::SUCCESS,
-                        Err(e) => {
-                            eprintln!("error: {e}");
-                            ExitCode::FAILURE
-                        }
-                    }
-                }
-                (None, Some(uri)) => {
-                    let uri = match SourceUri::parse(&uri) {
-                        Ok(u) => u,
-                        Err(e) => {
-                            eprintln!("error: --uri: {e}");
-                            return ExitCode::from(2);
-                        }
-                    };
-                    let mut cam = CameraConfig::new("prune", uri);
-                    cam.sample_fps = sample_fps;
-                    cam.prune = params;
-                    if let (Some(w), Some(h)) = (width, height) {
-                        cam.size = Some((w, h));
-                    }
-                    report(
-                        runtime().and_then(|rt| rt.block_on(cli::inspect::prune_uri(cam, frames))),
-                    )
-                }
-                (None, None) => ExitCode::from(2),
-            }
-        }
+        } => prune(PruneArgs {
+            raw,
+            uri,
+            width,
+            height,
+            mode,
+            threshold,
+            min_tokens,
+            sample_fps,
+            frames,
+        }),
         Command::Status {
             config,
             socket,
             json,
-        } => {
-            let socket = match socket {
-                Some(s) => s,
-                None => match load(&config) {
-                    Some(c) => match c.telemetry.control_socket {
-                        Some(s) => s,
-                        None => {
-                            eprintln!(
-                                "error: telemetry.control_socket is off in {}",
-                                config.display()
-                            );
-                            return ExitCode::from(2);
-                        }
-                    },
-                    None => return ExitCode::from(2),
-                },
-            };
-            report(runtime().and_then(|rt| rt.block_on(cli::status::status(socket, json))))
-        }
+        } => status(&config, socket, json),
         Command::Run { config } => match load(&config) {
-            Some(cfg) => report(runtime().and_then(|rt| {
+            Some(cfg) => report(tokio_runtime().and_then(|rt| {
                 let result = rt.block_on(cli::run::run(config, cfg));
                 // A model still loading when a signal stopped the run must not hold the exit.
                 rt.shutdown_background();
@@ -298,41 +235,26 @@ fn main() -> ExitCode {
             password_env,
             password_file,
         } => {
-            let uri = match SourceUri::parse(&uri) {
-                Ok(u) => u,
-                Err(e) => {
-                    eprintln!("error: uri: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let mut cam = CameraConfig::new("probe", uri);
-            if let Some(p) = pipeline {
-                cam.pipeline = p;
-            }
-            if !(sample_fps.is_finite() && sample_fps > 0.0 && sample_fps <= 30.0) {
-                eprintln!("error: --sample-fps must be > 0 and <= 30, got {sample_fps}");
-                return ExitCode::from(2);
-            }
-            cam.sample_fps = sample_fps;
-            if let (Some(w), Some(h)) = (width, height) {
-                if w == 0 || h == 0 || w % 28 != 0 || h % 28 != 0 {
-                    eprintln!("error: --width and --height must be multiples of 28, got {w}x{h}");
-                    return ExitCode::from(2);
-                }
-                cam.size = Some((w, h));
-            }
-            let Ok(timeout) = Duration::try_from_secs_f64(timeout_secs) else {
-                eprintln!("error: --timeout-secs must be a positive number, got {timeout_secs}");
-                return ExitCode::from(2);
-            };
-            cam.connect_timeout = timeout;
-            cam.credentials = username.map(|username| CredentialSource {
+            let cam = match probe_camera(ProbeArgs {
+                uri,
+                sample_fps,
+                width,
+                height,
+                timeout_secs,
+                pipeline,
                 username,
-                password: password_env
-                    .map(PasswordSource::Env)
-                    .or(password_file.map(PasswordSource::File)),
-            });
-            report(runtime().and_then(|rt| rt.block_on(cli::inspect::probe(cam, frames, json))))
+                password_env,
+                password_file,
+            }) {
+                Ok(cam) => cam,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            report(
+                tokio_runtime().and_then(|rt| rt.block_on(cli::inspect::probe(cam, frames, json))),
+            )
         }
         Command::Engines { action } => cli::engines::engines(action),
         Command::Prompt {
@@ -367,6 +289,147 @@ fn main() -> ExitCode {
     }
 }
 
+/// `edgevlm prune`'s arguments.
+struct PruneArgs {
+    raw: Option<PathBuf>,
+    uri: Option<String>,
+    width: Option<u32>,
+    height: Option<u32>,
+    mode: String,
+    threshold: f32,
+    min_tokens: usize,
+    sample_fps: f64,
+    frames: usize,
+}
+
+/// `edgevlm prune`: DiffFP masks of a raw clip or of a live source.
+fn prune(a: PruneArgs) -> ExitCode {
+    let mode = match a.mode.parse() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: --mode: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let params = edgevlm::prune::PruneParams {
+        mode,
+        threshold: a.threshold,
+        min_tokens: a.min_tokens,
+        ..Default::default()
+    };
+    if let Err(e) = params.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    match (a.raw, a.uri) {
+        (Some(raw), _) => {
+            let (Some(w), Some(h)) = (a.width, a.height) else {
+                eprintln!("error: --raw needs --width and --height");
+                return ExitCode::from(2);
+            };
+            let mut out = std::io::stdout().lock();
+            match edgevlm::prune::inspect::raw_file(&raw, w as usize, h as usize, params, &mut out)
+            {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        (None, Some(uri)) => {
+            let uri = match SourceUri::parse(&uri) {
+                Ok(u) => u,
+                Err(e) => {
+                    eprintln!("error: --uri: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut cam = CameraConfig::new("prune", uri);
+            cam.sample_fps = a.sample_fps;
+            cam.prune = params;
+            if let (Some(w), Some(h)) = (a.width, a.height) {
+                cam.size = Some((w, h));
+            }
+            let frames = a.frames;
+            report(tokio_runtime().and_then(|rt| rt.block_on(cli::inspect::prune_uri(cam, frames))))
+        }
+        (None, None) => ExitCode::from(2),
+    }
+}
+
+/// `edgevlm status`: the control socket from the arguments or the configuration.
+fn status(config: &std::path::Path, socket: Option<PathBuf>, json: bool) -> ExitCode {
+    let socket = match socket {
+        Some(s) => s,
+        None => match load(config) {
+            Some(c) => match c.telemetry.control_socket {
+                Some(s) => s,
+                None => {
+                    eprintln!(
+                        "error: telemetry.control_socket is off in {}",
+                        config.display()
+                    );
+                    return ExitCode::from(2);
+                }
+            },
+            None => return ExitCode::from(2),
+        },
+    };
+    report(tokio_runtime().and_then(|rt| rt.block_on(cli::status::status(socket, json))))
+}
+
+/// `edgevlm probe`'s source arguments.
+struct ProbeArgs {
+    uri: String,
+    sample_fps: f64,
+    width: Option<u32>,
+    height: Option<u32>,
+    timeout_secs: f64,
+    pipeline: Option<String>,
+    username: Option<String>,
+    password_env: Option<String>,
+    password_file: Option<PathBuf>,
+}
+
+/// The camera `edgevlm probe` attaches to, or what is wrong with the arguments.
+fn probe_camera(a: ProbeArgs) -> Result<CameraConfig, String> {
+    let uri = SourceUri::parse(&a.uri).map_err(|e| format!("uri: {e}"))?;
+    let mut cam = CameraConfig::new("probe", uri);
+    if let Some(p) = a.pipeline {
+        cam.pipeline = p;
+    }
+    if !(a.sample_fps.is_finite() && a.sample_fps > 0.0 && a.sample_fps <= 30.0) {
+        return Err(format!(
+            "--sample-fps must be > 0 and <= 30, got {}",
+            a.sample_fps
+        ));
+    }
+    cam.sample_fps = a.sample_fps;
+    if let (Some(w), Some(h)) = (a.width, a.height) {
+        if w == 0 || h == 0 || w % 28 != 0 || h % 28 != 0 {
+            return Err(format!(
+                "--width and --height must be multiples of 28, got {w}x{h}"
+            ));
+        }
+        cam.size = Some((w, h));
+    }
+    cam.connect_timeout = Duration::try_from_secs_f64(a.timeout_secs).map_err(|_| {
+        format!(
+            "--timeout-secs must be a positive number, got {}",
+            a.timeout_secs
+        )
+    })?;
+    cam.credentials = a.username.map(|username| CredentialSource {
+        username,
+        password: a
+            .password_env
+            .map(PasswordSource::Env)
+            .or(a.password_file.map(PasswordSource::File)),
+    });
+    Ok(cam)
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // ort's info lines are noise for users; rumqttd (the embedded broker) logs every client
@@ -384,7 +447,7 @@ fn init_logging() {
         .init();
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

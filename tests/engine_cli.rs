@@ -81,7 +81,7 @@ fn engines_build_on_a_machine_without_tensorrt_says_what_is_missing() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    if cfg!(feature = "tensorrt") {
+    if cfg!(feature = "ort-tensorrt") {
         assert!(
             stderr.contains("execution provider `tensorrt` cannot be used"),
             "{stderr}"
@@ -95,7 +95,7 @@ fn engines_build_on_a_machine_without_tensorrt_says_what_is_missing() {
             stderr.contains("`tensorrt` is not compiled into this edgevlm"),
             "{stderr}"
         );
-        assert!(stderr.contains("--features tensorrt"), "{stderr}");
+        assert!(stderr.contains("--features gpu"), "{stderr}");
     }
 }
 

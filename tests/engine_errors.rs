@@ -261,7 +261,7 @@ fn a_gpu_provider_that_cannot_be_used_is_an_error_naming_it_not_a_cpu_fallback()
             assert!(msg.contains("onnxruntime-gpu"), "{msg}");
         } else {
             assert!(matches!(err, EngineError::ProviderNotBuilt { .. }), "{msg}");
-            assert!(msg.contains("--features tensorrt"), "{msg}");
+            assert!(msg.contains("--features gpu"), "{msg}");
         }
     }
 }

@@ -1,8 +1,8 @@
-//! GPU batches give exactly the CPU decisions (feature `cuda`).
+//! GPU batches give exactly the CPU decisions (feature `prune-cuda`).
 //!
 //! Without a usable GPU these tests skip and say so, unless `EDGEVLM_REQUIRE_GPU=1`, which turns
 //! the skip into a failure (scripts/device-check.sh sets it on GPU machines).
-#![cfg(feature = "cuda")]
+#![cfg(feature = "prune-cuda")]
 
 mod common;
 

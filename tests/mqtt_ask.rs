@@ -179,7 +179,7 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
     );
     // `online` follows the runtime's subscription to questions on its connection: a question
     // published before that would reach nobody (the broker keeps no session for it).
-    let w = common::mqtt::Watcher::start(port, &["edgevlm/available"]).await;
+    let w = common::mqtt::Subscriber::start(port, &["edgevlm/available"]).await;
     assert!(
         w.wait(Duration::from_secs(30), |m| m
             .iter()

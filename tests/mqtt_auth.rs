@@ -4,7 +4,7 @@
 mod common;
 
 use common::edgevlm;
-use common::mqtt::{Watcher, free_port};
+use common::mqtt::{Subscriber, free_port};
 use std::time::Duration;
 
 /// Connects once; `Ok` on CONNACK, `Err` with the refusal.
@@ -82,13 +82,13 @@ async fn only_users_allowed_to_ask_can_publish_questions() {
     login(port, Some(("viewer", "s3cret-view"))).await.unwrap();
 
     // Both users read the runtime's topics.
-    let asker = Watcher::start_as(
+    let asker = Subscriber::start_as(
         port,
         &["edgevlm/available", "edgevlm/door/answer/+"],
         Some(("asker", "s3cret-ask")),
     )
     .await;
-    let viewer = Watcher::start_as(
+    let viewer = Subscriber::start_as(
         port,
         &["edgevlm/door/status"],
         Some(("viewer", "s3cret-view")),
@@ -198,7 +198,7 @@ async fn only_users_allowed_to_ask_can_publish_questions() {
         "the gate did not close the asker's connection\n{}",
         read_log()
     );
-    let late = Watcher::start_as(
+    let late = Subscriber::start_as(
         port,
         &["edgevlm/available"],
         Some(("viewer", "s3cret-view")),

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::mqtt::{Mosquitto, Relay, Watcher, free_port};
+use common::mqtt::{Mosquitto, Relay, Subscriber, free_port};
 use edgevlm::broker::EmbeddedBroker;
 use edgevlm::config::{BrokerChoice, EmbeddedConfig, MqttConfig, WhenFull};
 use edgevlm::narrate::{Narration, Trigger};
@@ -109,7 +109,7 @@ async fn delivered(publisher: &Publisher, n: u64, port: u16) {
 }
 
 /// Ids of narrations received, in arrival order.
-fn narration_ids(w: &Watcher) -> Vec<u32> {
+fn narration_ids(w: &Subscriber) -> Vec<u32> {
     w.on("edgevlm/door/narration")
         .iter()
         .filter_map(|m| m.json()["id"].as_str()?.strip_prefix('n')?.parse().ok())
@@ -126,7 +126,7 @@ fn first_occurrences(ids: &[u32]) -> Vec<u32> {
 async fn availability_is_online_while_connected_and_offline_after_a_clean_shutdown() {
     let broker = Mosquitto::start();
     let (publisher, connection) = start(&config("avail-clean"), broker.port);
-    let w = Watcher::start(broker.port, &["edgevlm/available"]).await;
+    let w = Subscriber::start(broker.port, &["edgevlm/available"]).await;
     assert!(
         w.wait(Duration::from_secs(30), |m| m
             .iter()
@@ -137,7 +137,7 @@ async fn availability_is_online_while_connected_and_offline_after_a_clean_shutdo
     // The bound only limits a failure: shutdown returns once `offline` is acknowledged.
     connection.shutdown(Duration::from_secs(30)).await;
     // A late subscriber sees the retained value: offline.
-    let late = Watcher::start(broker.port, &["edgevlm/available"]).await;
+    let late = Subscriber::start(broker.port, &["edgevlm/available"]).await;
     assert!(
         late.wait(Duration::from_secs(30), |m| m
             .iter()
@@ -151,7 +151,7 @@ async fn availability_is_online_while_connected_and_offline_after_a_clean_shutdo
 async fn will_then_online_again(name: &str, broker_port: u16) {
     let relay = Relay::start(broker_port).await;
     let (_publisher, _connection) = start(&config(&format!("will-{name}")), relay.port);
-    let w = Watcher::start(broker_port, &["edgevlm/available"]).await;
+    let w = Subscriber::start(broker_port, &["edgevlm/available"]).await;
     let texts = |m: &[common::mqtt::Received]| m.iter().map(|m| m.text.clone()).collect::<Vec<_>>();
     assert!(
         w.wait(Duration::from_secs(30), |m| texts(m)
@@ -203,7 +203,7 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
         // it has stored every status before it.
         publisher.narration(&narration(1));
         delivered(&publisher, 1, port).await;
-        let late = Watcher::start(port, &["edgevlm/+/status"]).await;
+        let late = Subscriber::start(port, &["edgevlm/+/status"]).await;
         assert!(
             late.wait(Duration::from_secs(30), |m| m.len() >= 2).await,
             "port {port}: {:?}",
@@ -221,7 +221,7 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
         // Fence, as above: the broker has processed the clearing once this one is acknowledged.
         publisher.narration(&narration(2));
         delivered(&publisher, 2, port).await;
-        let later = Watcher::start(port, &["edgevlm/+/status"]).await;
+        let later = Subscriber::start(port, &["edgevlm/+/status"]).await;
         // Fence on the subscriber's side: the broker sends the retained messages of a new
         // subscription before anything published on its filter afterwards, so once this marker
         // (published after the SUBACK, not retained) is in, every retained status has arrived.
@@ -260,7 +260,7 @@ async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_re
     // broker (which, without persistence, forgot every session and subscription).
     let relay = Relay::start(broker.port).await;
     let (publisher, _connection) = start(&config("outage-mosq"), relay.port);
-    let w = Watcher::start(broker.port, &["edgevlm/+/narration"]).await;
+    let w = Subscriber::start(broker.port, &["edgevlm/+/narration"]).await;
     for n in 0..10 {
         publisher.narration(&narration(n));
     }
@@ -336,7 +336,7 @@ async fn narrations_produced_while_the_embedded_broker_is_unreachable_arrive_in_
     let broker = embedded();
     let relay = Relay::start(broker.listen().port()).await;
     let (publisher, _connection) = start(&config("outage-emb"), relay.port);
-    let w = Watcher::start(broker.listen().port(), &["edgevlm/+/narration"]).await;
+    let w = Subscriber::start(broker.listen().port(), &["edgevlm/+/narration"]).await;
     assert!(common::wait_until(Duration::from_secs(30), || publisher.is_connected()).await);
     for n in 0..5 {
         publisher.narration(&narration(n));
@@ -389,7 +389,7 @@ async fn past_the_outbox_bound_drops_are_counted_and_the_policy_decides_which() 
         let stats = publisher.stats();
         assert_eq!(stats.outbox.dropped_full, 3, "{policy}: {stats:?}");
         assert_eq!(stats.outbox.pending, 5);
-        let w = Watcher::start(broker.port, &["edgevlm/+/narration"]).await;
+        let w = Subscriber::start(broker.port, &["edgevlm/+/narration"]).await;
         relay.restore();
         assert!(
             w.wait(Duration::from_secs(30), |_| narration_ids(&w).len() >= 5)

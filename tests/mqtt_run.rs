@@ -7,7 +7,7 @@
 mod common;
 
 use common::edgevlm;
-use common::mqtt::{Mosquitto, Watcher, free_port};
+use common::mqtt::{Mosquitto, Subscriber, free_port};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -112,7 +112,7 @@ impl Drop for Run {
     }
 }
 
-async fn wait_online(w: &Watcher, run: &Run) {
+async fn wait_online(w: &Subscriber, run: &Run) {
     assert!(
         w.wait(Duration::from_secs(60), |m| m
             .iter()
@@ -128,7 +128,7 @@ const ENGINE_OFF: &str = "[engine]\nenabled = false\n";
 
 /// Sends every kind of bad question and one valid one; checks each reply.
 async fn questions_get_their_replies(port: u16, run: &Run) {
-    let w = Watcher::start(
+    let w = Subscriber::start(
         port,
         &["edgevlm/available", "edgevlm/+/answer/+", "edgevlm/errors"],
     )
@@ -253,7 +253,7 @@ async fn bad_questions_get_their_error_and_valid_ones_no_model_with_the_embedded
 async fn a_clean_sigterm_exit_publishes_offline_and_leaves_retained_status() {
     let broker = Mosquitto::start();
     let mut run = Run::start("term", &format!("broker = \"{}\"", broker.url()), "");
-    let w = Watcher::start(broker.port, &["edgevlm/available", "edgevlm/door/status"]).await;
+    let w = Subscriber::start(broker.port, &["edgevlm/available", "edgevlm/door/status"]).await;
     wait_online(&w, &run).await;
     assert!(
         w.wait(Duration::from_secs(30), |m| m.iter().any(|m| m.topic
@@ -266,7 +266,7 @@ async fn a_clean_sigterm_exit_publishes_offline_and_leaves_retained_status() {
     );
     run.signal(libc::SIGTERM);
     assert!(run.wait().success(), "{}", run.log());
-    let late = Watcher::start(broker.port, &["edgevlm/available", "edgevlm/door/status"]).await;
+    let late = Subscriber::start(broker.port, &["edgevlm/available", "edgevlm/door/status"]).await;
     assert!(
         late.wait(Duration::from_secs(30), |m| m.len() >= 2).await,
         "{:?}",
@@ -284,7 +284,7 @@ async fn a_clean_sigterm_exit_publishes_offline_and_leaves_retained_status() {
 async fn a_killed_run_leaves_offline_through_its_last_will() {
     let broker = Mosquitto::start();
     let mut run = Run::start("kill", &format!("broker = \"{}\"", broker.url()), "");
-    let w = Watcher::start(broker.port, &["edgevlm/available"]).await;
+    let w = Subscriber::start(broker.port, &["edgevlm/available"]).await;
     wait_online(&w, &run).await;
     run.signal(libc::SIGKILL);
     let _ = run.wait();
@@ -296,7 +296,7 @@ async fn a_killed_run_leaves_offline_through_its_last_will() {
         "{:?}",
         w.messages()
     );
-    let late = Watcher::start(broker.port, &["edgevlm/available"]).await;
+    let late = Subscriber::start(broker.port, &["edgevlm/available"]).await;
     assert!(
         late.wait(Duration::from_secs(30), |m| m
             .iter()
@@ -309,7 +309,7 @@ async fn a_killed_run_leaves_offline_through_its_last_will() {
 async fn the_runtime_keeps_sampling_while_the_broker_is_down_and_republishes_after() {
     let mut broker = Mosquitto::start();
     let run = Run::start("down", &format!("broker = \"{}\"", broker.url()), "");
-    let w = Watcher::start(broker.port, &["edgevlm/available"]).await;
+    let w = Subscriber::start(broker.port, &["edgevlm/available"]).await;
     wait_online(&w, &run).await;
     drop(w);
     broker.stop();
@@ -337,7 +337,7 @@ async fn the_runtime_keeps_sampling_while_the_broker_is_down_and_republishes_aft
 
     // A fresh broker knows nothing: online and the status come back after the reconnect.
     broker.restart();
-    let late = Watcher::start(broker.port, &["edgevlm/available", "edgevlm/door/status"]).await;
+    let late = Subscriber::start(broker.port, &["edgevlm/available", "edgevlm/door/status"]).await;
     assert!(
         late.wait(Duration::from_secs(30), |m| {
             m.iter().any(|m| m.text == "online")
@@ -362,7 +362,7 @@ async fn mqtt5_response_topic_and_correlation_data_are_honoured() {
         &format!("broker = \"{}\"\nprotocol = \"5\"", broker.url()),
         "",
     );
-    let w = Watcher::start(broker.port, &["edgevlm/available", "edgevlm/door/answer/+"]).await;
+    let w = Subscriber::start(broker.port, &["edgevlm/available", "edgevlm/door/answer/+"]).await;
     wait_online(&w, &run).await;
 
     let mut opts = rumqttc::v5::MqttOptions::new("v5-asker", "127.0.0.1", broker.port);

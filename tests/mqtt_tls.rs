@@ -5,7 +5,7 @@
 mod common;
 
 use common::edgevlm;
-use common::mqtt::{Mosquitto, Watcher, free_port};
+use common::mqtt::{Mosquitto, Subscriber, free_port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -171,7 +171,7 @@ async fn the_runtime_and_ask_speak_tls_with_client_certificates_and_refuse_an_un
         p("server.pem"),
         p("server.key")
     ));
-    let watcher = Watcher::start(broker.port, &["edgevlm/#"]).await;
+    let watcher = Subscriber::start(broker.port, &["edgevlm/#"]).await;
 
     let run = Run::start(&dir, tls_port, "ca");
     let narrated = watcher

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::mqtt::{Mosquitto, Watcher, free_port};
+use common::mqtt::{Mosquitto, Subscriber, free_port};
 use common::{CameraSpec, RtspServer, RunProcess, edgevlm};
 use edgevlm::narrate::{Narration, Trigger};
 use edgevlm::publish::{AnswerMessage, Chunk};
@@ -39,7 +39,7 @@ struct Extra {
 /// Fields drop in order: the run stops before its broker and its camera.
 struct Rig {
     run: RunProcess,
-    watcher: Watcher,
+    watcher: Subscriber,
     port: u16,
     _mosquitto: Option<Mosquitto>,
     _camera: RtspServer,
@@ -80,7 +80,7 @@ impl Rig {
         })
         .await;
         assert!(up && run.is_running(), "no broker on {port}\n{}", run.log());
-        let watcher = Watcher::start(
+        let watcher = Subscriber::start(
             port,
             &[
                 "edgevlm/available",

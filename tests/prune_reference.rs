@@ -344,7 +344,7 @@ fn other_patch_and_merge_sizes_cut_blocks_of_patch_times_merge() {
         ..PruneParams::default()
     };
     let mut p = Pruner::new(64, 32, params).unwrap();
-    assert_eq!(p.geometry().values_per_block(), 768);
+    assert_eq!(p.grid().values_per_block(), 768);
     let a = Frame::grey(64, 32, 0);
     let mut b = a.clone();
     // Bound is 0.1 * 768 / 2 = 38.4: 39 changed values keep block 6 (row 1, col 2).

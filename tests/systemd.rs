@@ -464,7 +464,7 @@ fn wait_for_camera_status(cfg: &std::path::Path, mut between: impl FnMut()) -> S
 fn ask_once_subscribed(port: u16) -> std::process::Output {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let w = common::mqtt::Watcher::start(port, &["edgevlm/available"]).await;
+        let w = common::mqtt::Subscriber::start(port, &["edgevlm/available"]).await;
         assert!(
             w.wait(Duration::from_secs(60), |m| m
                 .iter()

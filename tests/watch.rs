@@ -4,6 +4,7 @@
 
 mod engine_common;
 
+use edgevlm::base::Clock;
 use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri};
 use edgevlm::generate::render::{self, FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache};
@@ -709,4 +710,51 @@ fn conversations_are_bounded_in_number() {
         assert_eq!(r.turn, 1, "conversation {c}");
         assert!(svc.conversation_count() <= 2);
     }
+}
+
+#[test]
+fn a_conversation_is_forgotten_once_its_ttl_has_passed_on_the_services_clock() {
+    let generator = engine_common::generator();
+    let (mut w, memory, _) = watcher(&generator, 60, quiet(), 3000);
+    let mut scene = Scene::new();
+    w.step(&scene.moving(0, 4));
+    let clock = Clock::manual();
+    let cfg = QueryConfig {
+        conversation_ttl: Duration::from_secs(300),
+        ..QueryConfig::default()
+    };
+    let svc = QueryService::new_with_clock(
+        Ok(generator.clone()),
+        cfg,
+        AskLimits::default(),
+        Some(SYSTEM.into()),
+        3000,
+        0.25,
+        clock.clone(),
+    );
+    svc.set_camera(memory);
+    let ask = || {
+        let mut req = AskRequest::new("cam", "What moved?");
+        req.max_tokens = Some(2);
+        req.conversation = Some("c1".into());
+        svc.answer(&req, &mut |_| {}).unwrap().turn
+    };
+    assert_eq!(ask(), 1);
+    // Just inside the TTL: the follow-up continues the conversation.
+    clock.advance(Duration::from_secs(299));
+    assert_eq!(ask(), 2);
+    // The TTL counts from the last use: 299 s later it is still alive, 300 s later it is gone.
+    clock.advance(Duration::from_secs(299));
+    assert_eq!(ask(), 3);
+    clock.advance(Duration::from_secs(300));
+    assert_eq!(
+        svc.conversation_count(),
+        1,
+        "expired entries go on the next use"
+    );
+    assert_eq!(
+        ask(),
+        1,
+        "a follow-up after the TTL starts a new conversation"
+    );
 }

@@ -1,6 +1,6 @@
 //! `edgevlm ask`: a question over MQTT, the answer printed as it streams.
 
-use crate::runtime;
+use crate::tokio_runtime;
 use edgevlm::config::{CredentialSource, PasswordSource};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -130,7 +130,7 @@ pub(crate) fn ask(a: AskArgs) -> ExitCode {
         id: a.id,
     };
     let json = a.json;
-    let rt = match runtime() {
+    let rt = match tokio_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: {e:#}");

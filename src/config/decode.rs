@@ -105,6 +105,11 @@ impl<'a> Fields<'a> {
         self.table.get(key)
     }
 
+    /// Whether the table has `key` at all (does not mark it used).
+    pub fn has(&self, key: &str) -> bool {
+        self.table.contains_key(key)
+    }
+
     /// The raw value of `key`, if present (marks it used).
     pub fn raw(&mut self, key: &'static str, sink: &mut Sink) -> Option<&'a toml::Value> {
         self.mark(key, sink)
@@ -131,6 +136,33 @@ impl<'a> Fields<'a> {
         sink: &mut Sink,
     ) -> T {
         self.opt(key, sink).unwrap_or(default)
+    }
+
+    /// Decodes `key` as the name of one of `choices`; absent, of the wrong type or unknown (the
+    /// last two reported) gives `default`.
+    pub fn choice<T: Copy>(
+        &mut self,
+        key: &'static str,
+        choices: &[(&str, T)],
+        default: T,
+        sink: &mut Sink,
+    ) -> T {
+        let Some(text) = self.opt::<String>(key, sink) else {
+            return default;
+        };
+        if let Some((_, v)) = choices.iter().find(|(name, _)| *name == text) {
+            return *v;
+        }
+        let names: Vec<String> = choices.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+        let expected = match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
+        };
+        sink.error(
+            self.path_of(key),
+            format!("expected {expected}, got \"{text}\""),
+        );
+        default
     }
 
     /// A nested table; a non-table value is reported.

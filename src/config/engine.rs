@@ -9,9 +9,9 @@ pub enum ProviderKind {
     /// ONNX Runtime's CPU provider (MLAS); always available.
     #[default]
     Cpu,
-    /// NVIDIA CUDA (cargo feature `tensorrt`, an onnxruntime-gpu library).
+    /// NVIDIA CUDA (cargo feature `ort-cuda`, an onnxruntime-gpu library).
     Cuda,
-    /// NVIDIA TensorRT with CUDA for the nodes TensorRT does not take (cargo feature `tensorrt`).
+    /// NVIDIA TensorRT with CUDA for the nodes TensorRT does not take (cargo feature `ort-tensorrt`).
     TensorRt,
 }
 
@@ -128,28 +128,7 @@ pub(crate) fn decode_engine(
     let d = EngineConfig::default();
     let mut f = Fields::new("engine", "engine", t);
     let enabled: bool = f.get("enabled", d.enabled, sink);
-    let resolve = |p: PathBuf| match base_dir {
-        Some(base) if p.is_relative() => base.join(p),
-        _ => p,
-    };
-    let model_dir: PathBuf = f
-        .opt::<PathBuf>("model_dir", sink)
-        .map(resolve)
-        .unwrap_or(d.model_dir.clone());
-    let onnxruntime_library: Option<PathBuf> =
-        f.opt::<PathBuf>("onnxruntime_library", sink).map(resolve);
-    if let Some(lib) = &onnxruntime_library
-        && !lib.is_file()
-    {
-        sink.error(
-            f.path_of("onnxruntime_library"),
-            format!(
-                "{} does not exist; point it at onnxruntime/capi/libonnxruntime.so.1.* of an \
-                 onnxruntime wheel (scripts/setup.sh installs one into .venv)",
-                lib.display()
-            ),
-        );
-    }
+    let files = decode_model_files(&mut f, &d, base_dir, sink);
     let provider = decode_provider(&mut f, "provider", sink).unwrap_or(d.provider);
     let vision_provider = decode_provider(&mut f, "vision_provider", sink);
     let embed_provider = decode_provider(&mut f, "embed_provider", sink);
@@ -174,8 +153,8 @@ pub(crate) fn decode_engine(
     f.finish(sink);
     EngineConfig {
         enabled,
-        model_dir,
-        onnxruntime_library,
+        model_dir: files.model_dir,
+        onnxruntime_library: files.onnxruntime_library,
         provider,
         vision_provider,
         embed_provider,
@@ -185,6 +164,46 @@ pub(crate) fn decode_engine(
         vision_batch_frames,
         prefill_chunk_tokens,
         tensorrt,
+    }
+}
+
+/// Where the model and the onnxruntime library are (relative paths against the config's directory).
+struct ModelFiles {
+    model_dir: PathBuf,
+    onnxruntime_library: Option<PathBuf>,
+}
+
+fn decode_model_files(
+    f: &mut Fields<'_>,
+    d: &EngineConfig,
+    base_dir: Option<&std::path::Path>,
+    sink: &mut Sink,
+) -> ModelFiles {
+    let resolve = |p: PathBuf| match base_dir {
+        Some(base) if p.is_relative() => base.join(p),
+        _ => p,
+    };
+    let model_dir: PathBuf = f
+        .opt::<PathBuf>("model_dir", sink)
+        .map(resolve)
+        .unwrap_or(d.model_dir.clone());
+    let onnxruntime_library: Option<PathBuf> =
+        f.opt::<PathBuf>("onnxruntime_library", sink).map(resolve);
+    if let Some(lib) = &onnxruntime_library
+        && !lib.is_file()
+    {
+        sink.error(
+            f.path_of("onnxruntime_library"),
+            format!(
+                "{} does not exist; point it at onnxruntime/capi/libonnxruntime.so.1.* of an \
+                 onnxruntime wheel (scripts/setup.sh installs one into .venv)",
+                lib.display()
+            ),
+        );
+    }
+    ModelFiles {
+        model_dir,
+        onnxruntime_library,
     }
 }
 

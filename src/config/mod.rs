@@ -333,46 +333,9 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let query_t = top.table("query", sink).unwrap_or(&empty);
     let query = watch::decode_query(query_t, sink);
 
-    let mut cameras = Vec::new();
-    match top.raw("cameras", sink) {
-        None => sink.error("cameras", "at least one [[cameras]] entry is required"),
-        Some(toml::Value::Array(items)) => {
-            if items.is_empty() {
-                sink.error("cameras", "at least one [[cameras]] entry is required");
-            }
-            for (i, item) in items.iter().enumerate() {
-                let path = format!("cameras[{i}]");
-                match item {
-                    toml::Value::Table(t) => {
-                        if let Some(c) = decode_camera(&path, t, base_dir, &vision, sink) {
-                            cameras.push(c);
-                        }
-                    }
-                    other => sink.error(
-                        path,
-                        format!("expected a table, got {}", decode::type_name(other)),
-                    ),
-                }
-            }
-        }
-        Some(other) => sink.error(
-            "cameras",
-            format!(
-                "expected an array of tables ([[cameras]]), got {}",
-                decode::type_name(other)
-            ),
-        ),
-    }
+    let cameras = decode_cameras(&mut top, base_dir, &vision, sink);
     top.finish(sink);
-
-    for (i, cam) in cameras.iter().enumerate() {
-        if let Some(first) = cameras[..i].iter().position(|c| c.id == cam.id) {
-            sink.error(
-                format!("cameras[{i}].id"),
-                format!("duplicate id `{}` (also cameras[{first}])", cam.id),
-            );
-        }
-    }
+    check_unique_ids(&cameras, sink);
 
     Config {
         runtime,
@@ -444,7 +407,7 @@ fn decode_runtime(t: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) -> 
     };
     f.finish(sink);
     RuntimeConfig {
-        status_interval: secs(status_secs, 10.0),
+        status_interval: secs(status_secs, Duration::from_secs(10)),
         state_dir,
     }
 }
@@ -474,6 +437,61 @@ fn decode_vision(t: &toml::Table, sink: &mut Sink) -> VisionConfig {
     v
 }
 
+/// The `[[cameras]]` array, one [`CameraConfig`] per valid entry.
+fn decode_cameras(
+    top: &mut Fields<'_>,
+    base_dir: Option<&Path>,
+    vision: &VisionConfig,
+    sink: &mut Sink,
+) -> Vec<CameraConfig> {
+    let mut cameras = Vec::new();
+    match top.raw("cameras", sink) {
+        None => sink.error("cameras", "at least one [[cameras]] entry is required"),
+        Some(toml::Value::Array(items)) => {
+            if items.is_empty() {
+                sink.error("cameras", "at least one [[cameras]] entry is required");
+            }
+            for (i, item) in items.iter().enumerate() {
+                let path = format!("cameras[{i}]");
+                match item {
+                    toml::Value::Table(t) => {
+                        if let Some(c) = decode_camera(&path, t, base_dir, vision, sink) {
+                            cameras.push(c);
+                        }
+                    }
+                    other => sink.error(
+                        path,
+                        format!("expected a table, got {}", decode::type_name(other)),
+                    ),
+                }
+            }
+        }
+        Some(other) => sink.error(
+            "cameras",
+            format!(
+                "expected an array of tables ([[cameras]]), got {}",
+                decode::type_name(other)
+            ),
+        ),
+    }
+    cameras
+}
+
+/// Reports every camera whose id an earlier camera already has.
+fn check_unique_ids(cameras: &[CameraConfig], sink: &mut Sink) {
+    for (i, cam) in cameras.iter().enumerate() {
+        if let Some(first) = cameras[..i].iter().position(|c| c.id == cam.id) {
+            sink.error(
+                format!("cameras[{i}].id"),
+                format!("duplicate id `{}` (also cameras[{first}])", cam.id),
+            );
+        }
+    }
+}
+
+/// One `[[cameras]]` entry, assembled from its parts; `None` when its id or uri is unusable (reported).
+///
+/// The parts run in the order the keys were always read: problems are reported in that order.
 fn decode_camera(
     path: &str,
     t: &toml::Table,
@@ -483,10 +501,68 @@ fn decode_camera(
 ) -> Option<CameraConfig> {
     let mut f = Fields::new(path, "cameras[]", t);
     let d = CameraConfig::new("", SourceUri::Test("ball".into()));
+    let source = decode_source(&mut f, sink);
+    let sampling = decode_sampling(&mut f, &d, sink);
+    let size = decode_size(&mut f, vision, sink);
+    let timing = decode_timing(&mut f, &d, sink);
+    let stream = decode_stream(&mut f, &d, sink);
+    let credentials = decode_camera_credentials(&mut f, source.uri.as_ref(), base_dir, sink);
+    let prune = decode_prune(&mut f, size, sink);
+    let narrate = watch::decode_narrate(&mut f, sink);
+    f.finish(sink);
 
+    let uri = source.uri?;
+    let pipeline = decode_pipeline(path, source.pipeline, &uri, sink);
+    Some(CameraConfig {
+        id: source.id?,
+        uri,
+        pipeline,
+        enabled: source.enabled,
+        sample_fps: sampling.sample_fps,
+        window: sampling.window,
+        size,
+        stall: timing.stall,
+        connect_timeout: timing.connect_timeout,
+        retry_initial: timing.retry.initial,
+        retry_max: timing.retry.max,
+        rtsp_transport: stream.rtsp_transport,
+        scaler: stream.scaler,
+        latency_ms: stream.latency_ms,
+        credentials,
+        prune,
+        narrate,
+    })
+}
+
+/// What a camera is and where its frames come from (`id`, `uri`, `pipeline`, `enabled`).
+struct CameraSource {
+    /// `None`: missing or invalid type (reported); an invalid id is reported but kept.
+    id: Option<String>,
+    /// `None`: missing, invalid type or unparsable (reported).
+    uri: Option<SourceUri>,
+    /// The template as written; checked against the uri by [`decode_pipeline`].
+    pipeline: Option<String>,
+    enabled: bool,
+}
+
+fn decode_source(f: &mut Fields<'_>, sink: &mut Sink) -> CameraSource {
+    let id = decode_camera_id(f, sink);
+    let uri = decode_uri(f, sink);
+    let pipeline = f.opt("pipeline", sink);
+    let enabled = f.get("enabled", true, sink);
+    CameraSource {
+        id,
+        uri,
+        pipeline,
+        enabled,
+    }
+}
+
+/// `id`: required, 1-64 characters that are safe in an MQTT topic.
+fn decode_camera_id(f: &mut Fields<'_>, sink: &mut Sink) -> Option<String> {
     let id: Option<String> = f.opt("id", sink);
     match &id {
-        None if !t.contains_key("id") => sink.error(f.path_of("id"), "is required"),
+        None if !f.has("id") => sink.error(f.path_of("id"), "is required"),
         Some(id) if !valid_id(id) => sink.error(
             f.path_of("id"),
             format!(
@@ -495,25 +571,49 @@ fn decode_camera(
         ),
         _ => {}
     }
-    let uri_text: Option<String> = f.opt("uri", sink);
-    let uri = match &uri_text {
+    id
+}
+
+/// `uri`: required, parsed (and refused when it carries credentials) by [`SourceUri::parse`].
+fn decode_uri(f: &mut Fields<'_>, sink: &mut Sink) -> Option<SourceUri> {
+    match f.opt::<String>("uri", sink) {
         None => {
-            if !t.contains_key("uri") {
+            if !f.has("uri") {
                 sink.error(f.path_of("uri"), "is required");
             }
             None
         }
-        Some(u) => match SourceUri::parse(u) {
+        Some(u) => match SourceUri::parse(&u) {
             Ok(uri) => Some(uri),
             Err(msg) => {
                 sink.error(f.path_of("uri"), msg);
                 None
             }
         },
-    };
-    let pipeline: Option<String> = f.opt("pipeline", sink);
-    let enabled = f.get("enabled", true, sink);
+    }
+}
 
+/// The camera's pipeline template (the uri's default when not given), which must read its uri.
+fn decode_pipeline(
+    path: &str,
+    pipeline: Option<String>,
+    uri: &SourceUri,
+    sink: &mut Sink,
+) -> String {
+    let pipeline = pipeline.unwrap_or_else(|| uri.default_pipeline().to_string());
+    if let Err(why) = Template::for_camera(&pipeline, uri) {
+        sink.error(format!("{path}.pipeline"), why);
+    }
+    pipeline
+}
+
+/// How often a camera samples and how much it keeps (`sample_fps`, `window_secs`).
+struct Sampling {
+    sample_fps: f64,
+    window: Duration,
+}
+
+fn decode_sampling(f: &mut Fields<'_>, d: &CameraConfig, sink: &mut Sink) -> Sampling {
     let sample_fps: f64 = f.get("sample_fps", d.sample_fps, sink);
     let fps_ok = sample_fps.is_finite() && sample_fps > 0.0 && sample_fps <= MAX_SAMPLE_FPS;
     if !fps_ok {
@@ -537,7 +637,15 @@ fn decode_camera(
             ),
         );
     }
+    Sampling {
+        sample_fps,
+        window: secs(window_secs, d.window),
+    }
+}
 
+/// A fixed model geometry (`width` + `height`, multiples of 28 within the visual-token budget);
+/// `None` follows the source.
+fn decode_size(f: &mut Fields<'_>, vision: &VisionConfig, sink: &mut Sink) -> Option<(u32, u32)> {
     let width: Option<u32> = f.opt("width", sink);
     let height: Option<u32> = f.opt("height", sink);
     for (key, v) in [("width", width), ("height", height)] {
@@ -552,76 +660,77 @@ fn decode_camera(
             );
         }
     }
-    let size = match (width, height) {
-        (Some(w), Some(h)) => Some((w, h)),
-        (None, None) => None,
+    let (w, h) = match (width, height) {
+        (Some(w), Some(h)) => (w, h),
+        (None, None) => return None,
         (Some(_), None) | (None, Some(_)) => {
-            if t.contains_key("width") != t.contains_key("height") {
+            if f.has("width") != f.has("height") {
                 sink.error(
                     f.path_of(if width.is_some() { "height" } else { "width" }),
                     "width and height must be given together (or neither, to follow the source)",
                 );
             }
-            None
+            return None;
         }
     };
-    if let Some((w, h)) = size {
-        let tokens = (w / 28) * (h / 28);
-        if tokens > vision.max_visual_tokens {
-            sink.error(
-                f.path_of("width"),
-                format!(
-                    "{w}x{h} is {tokens} visual tokens per frame, over vision.max_visual_tokens = {}",
-                    vision.max_visual_tokens
-                ),
-            );
-        }
-    }
-
-    let stall_secs: f64 = f.get("stall_secs", d.stall.as_secs_f64(), sink);
-    check_range(&f, "stall_secs", stall_secs, 0.5, 3600.0, sink);
-    let connect_secs: f64 = f.get(
-        "connect_timeout_secs",
-        d.connect_timeout.as_secs_f64(),
-        sink,
-    );
-    check_range(&f, "connect_timeout_secs", connect_secs, 0.5, 600.0, sink);
-    let retry_initial: f64 = f.get("retry_initial_secs", d.retry_initial.as_secs_f64(), sink);
-    check_range(&f, "retry_initial_secs", retry_initial, 0.01, 3600.0, sink);
-    let retry_max: f64 = f.get("retry_max_secs", d.retry_max.as_secs_f64(), sink);
-    check_range(&f, "retry_max_secs", retry_max, 0.01, 86400.0, sink);
-    if retry_max.is_finite() && retry_initial.is_finite() && retry_max < retry_initial {
+    let tokens = (w / 28) * (h / 28);
+    if tokens > vision.max_visual_tokens {
         sink.error(
-            f.path_of("retry_max_secs"),
-            format!("must be >= retry_initial_secs ({retry_initial}), got {retry_max}"),
+            f.path_of("width"),
+            format!(
+                "{w}x{h} is {tokens} visual tokens per frame, over vision.max_visual_tokens = {}",
+                vision.max_visual_tokens
+            ),
         );
     }
+    Some((w, h))
+}
 
-    let transport: String = f.get("rtsp_transport", "tcp".to_string(), sink);
-    let rtsp_transport = match transport.as_str() {
-        "tcp" => RtspTransport::Tcp,
-        "udp" => RtspTransport::Udp,
-        "auto" => RtspTransport::Auto,
-        other => {
-            sink.error(
-                f.path_of("rtsp_transport"),
-                format!("expected \"tcp\", \"udp\" or \"auto\", got \"{other}\""),
-            );
-            RtspTransport::Tcp
-        }
-    };
-    let scaler_text: String = f.get("scaler", "reference".to_string(), sink);
-    let scaler = match scaler_text.as_str() {
-        "reference" => Scaler::Reference,
-        "pipeline" => Scaler::Pipeline,
-        other => {
-            sink.error(
-                f.path_of("scaler"),
-                format!("expected \"reference\" or \"pipeline\", got \"{other}\""),
-            );
-            Scaler::Reference
-        }
-    };
+/// When a camera counts as stalled or failed to connect, and how it retries.
+struct CameraTiming {
+    stall: Duration,
+    connect_timeout: Duration,
+    retry: Retry,
+}
+
+fn decode_timing(f: &mut Fields<'_>, d: &CameraConfig, sink: &mut Sink) -> CameraTiming {
+    let stall_secs = ranged(f, "stall_secs", d.stall.as_secs_f64(), 0.5, 3600.0, sink);
+    let connect_default = d.connect_timeout.as_secs_f64();
+    let connect_secs = ranged(f, "connect_timeout_secs", connect_default, 0.5, 600.0, sink);
+    CameraTiming {
+        stall: secs(stall_secs, d.stall),
+        connect_timeout: secs(connect_secs, d.connect_timeout),
+        retry: decode_retry(f, d.retry_initial, d.retry_max, sink),
+    }
+}
+
+/// How a camera's stream is read (`rtsp_transport`, `scaler`, `latency_ms`).
+struct StreamOptions {
+    rtsp_transport: RtspTransport,
+    scaler: Scaler,
+    latency_ms: u32,
+}
+
+fn decode_stream(f: &mut Fields<'_>, d: &CameraConfig, sink: &mut Sink) -> StreamOptions {
+    let rtsp_transport = f.choice(
+        "rtsp_transport",
+        &[
+            ("tcp", RtspTransport::Tcp),
+            ("udp", RtspTransport::Udp),
+            ("auto", RtspTransport::Auto),
+        ],
+        d.rtsp_transport,
+        sink,
+    );
+    let scaler = f.choice(
+        "scaler",
+        &[
+            ("reference", Scaler::Reference),
+            ("pipeline", Scaler::Pipeline),
+        ],
+        d.scaler,
+        sink,
+    );
     let latency_ms: u32 = f.get("latency_ms", d.latency_ms, sink);
     if latency_ms > 10_000 {
         sink.error(
@@ -629,9 +738,22 @@ fn decode_camera(
             format!("must be <= 10000, got {latency_ms}"),
         );
     }
+    StreamOptions {
+        rtsp_transport,
+        scaler,
+        latency_ms,
+    }
+}
 
-    let credentials = mqtt::decode_credentials(&mut f, t, base_dir, sink);
-    if let (Some(_), Some(uri)) = (&credentials, &uri)
+/// A camera's login (`username` + `password_file`/`password_env`), for rtsp:// sources only.
+fn decode_camera_credentials(
+    f: &mut Fields<'_>,
+    uri: Option<&SourceUri>,
+    base_dir: Option<&Path>,
+    sink: &mut Sink,
+) -> Option<CredentialSource> {
+    let credentials = mqtt::decode_credentials(f, base_dir, sink);
+    if let (Some(_), Some(uri)) = (&credentials, uri)
         && !matches!(uri, SourceUri::Rtsp(_))
     {
         sink.error(
@@ -639,34 +761,7 @@ fn decode_camera(
             format!("credentials only apply to rtsp:// sources, not {uri}"),
         );
     }
-    let prune = decode_prune(&mut f, size, sink);
-    let narrate = watch::decode_narrate(&mut f, sink);
-    f.finish(sink);
-
-    let uri = uri?;
-    let pipeline = pipeline.unwrap_or_else(|| uri.default_pipeline().to_string());
-    if let Err(why) = Template::for_camera(&pipeline, &uri) {
-        sink.error(format!("{path}.pipeline"), why);
-    }
-    Some(CameraConfig {
-        id: id?,
-        uri,
-        pipeline,
-        enabled,
-        sample_fps,
-        window: secs(window_secs, 60.0),
-        size,
-        stall: secs(stall_secs, 10.0),
-        connect_timeout: secs(connect_secs, 10.0),
-        retry_initial: secs(retry_initial, 1.0),
-        retry_max: secs(retry_max, 30.0),
-        rtsp_transport,
-        scaler,
-        latency_ms,
-        credentials,
-        prune,
-        narrate,
-    })
+    credentials
 }
 
 /// DiffFP keys of a camera; the defaults are the reference values (docs/ARCHITECTURE.md, "Prune (DiffFP)").
@@ -739,6 +834,21 @@ fn expand_credentials_dir(path: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// A number `key` (default `default`) that must lie in `min..=max`; out of range is reported and
+/// returned as is.
+pub(super) fn ranged(
+    f: &mut Fields<'_>,
+    key: &'static str,
+    default: f64,
+    min: f64,
+    max: f64,
+    sink: &mut Sink,
+) -> f64 {
+    let v: f64 = f.get(key, default, sink);
+    check_range(f, key, v, min, max, sink);
+    v
+}
+
 pub(super) fn check_range(f: &Fields<'_>, key: &str, v: f64, min: f64, max: f64, sink: &mut Sink) {
     if !(v.is_finite() && v >= min && v <= max) {
         sink.error(
@@ -748,9 +858,44 @@ pub(super) fn check_range(f: &Fields<'_>, key: &str, v: f64, min: f64, max: f64,
     }
 }
 
+/// A reconnect schedule: the first delay, doubled per failure up to the cap.
+pub(super) struct Retry {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+/// `retry_initial_secs` and `retry_max_secs` of a table (a camera, the broker); the cap must not
+/// be below the first delay.
+pub(super) fn decode_retry(
+    f: &mut Fields<'_>,
+    initial: Duration,
+    max: Duration,
+    sink: &mut Sink,
+) -> Retry {
+    let retry_initial = ranged(
+        f,
+        "retry_initial_secs",
+        initial.as_secs_f64(),
+        0.01,
+        3600.0,
+        sink,
+    );
+    let retry_max = ranged(f, "retry_max_secs", max.as_secs_f64(), 0.01, 86400.0, sink);
+    if retry_max.is_finite() && retry_initial.is_finite() && retry_max < retry_initial {
+        sink.error(
+            f.path_of("retry_max_secs"),
+            format!("must be >= retry_initial_secs ({retry_initial}), got {retry_max}"),
+        );
+    }
+    Retry {
+        initial: secs(retry_initial, initial),
+        max: secs(retry_max, max),
+    }
+}
+
 /// Seconds as a Duration; an invalid value (already reported) falls back to `fallback`.
-fn secs(v: f64, fallback: f64) -> Duration {
-    Duration::try_from_secs_f64(v).unwrap_or_else(|_| Duration::from_secs_f64(fallback))
+pub(super) fn secs(v: f64, fallback: Duration) -> Duration {
+    Duration::try_from_secs_f64(v).unwrap_or(fallback)
 }
 
 fn valid_id(id: &str) -> bool {

@@ -5,6 +5,7 @@
 
 use super::decode::{Fields, Sink, type_name};
 use super::source::{CredentialSource, PasswordSource};
+use super::{Retry, decode_retry, ranged, secs};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -268,33 +269,71 @@ pub fn check_topic_prefix(p: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `[mqtt]`, assembled from its parts; each part reads and checks its own keys.
+///
+/// The parts run in the order the keys were always read: problems are reported in that order.
 pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) -> MqttConfig {
     let d = MqttConfig::default();
     let mut f = Fields::new("mqtt", "mqtt", t);
     let enabled = f.get("enabled", d.enabled, sink);
+    let broker = decode_broker(&mut f, &d, sink);
+    let embedded = broker == BrokerChoice::Embedded;
+    let protocol = decode_protocol(&mut f, &d, embedded, sink);
+    let listen = decode_listen(&mut f, &d, embedded, sink);
+    let topic_prefix = decode_topic_prefix(&mut f, &d, sink);
+    let client_id = decode_client_id(&mut f, &d, sink);
+    let credentials = decode_broker_login(&mut f, base_dir, embedded, sink);
+    let tls = decode_tls(&mut f, base_dir, &broker, sink);
+    let link = decode_link_timing(&mut f, &d, sink);
+    let outbox = decode_outbox(&mut f, &d, sink);
+    let limits = decode_query_limits(&mut f, &d, sink);
+    let users = decode_users(&mut f, base_dir, embedded, sink);
+    f.finish(sink);
 
-    let broker = match f.opt::<String>("broker", sink) {
+    MqttConfig {
+        enabled,
+        broker,
+        protocol,
+        topic_prefix,
+        client_id,
+        credentials,
+        tls,
+        keep_alive: link.keep_alive,
+        retry_initial: link.retry.initial,
+        retry_max: link.retry.max,
+        outbox_capacity: outbox.capacity,
+        outbox_when_full: outbox.when_full,
+        query_max_bytes: limits.query_max_bytes,
+        question_max_chars: limits.question_max_chars,
+        query_queue: limits.query_queue,
+        embedded: EmbeddedConfig { listen, users },
+    }
+}
+
+/// `broker`: `embedded` or an `mqtt://` / `mqtts://` URL ([`BrokerChoice::parse`]).
+fn decode_broker(f: &mut Fields<'_>, d: &MqttConfig, sink: &mut Sink) -> BrokerChoice {
+    match f.opt::<String>("broker", sink) {
         None => d.broker.clone(),
         Some(b) => BrokerChoice::parse(&b).unwrap_or_else(|e| {
             sink.error(f.path_of("broker"), e);
             d.broker.clone()
         }),
-    };
-    let embedded = broker == BrokerChoice::Embedded;
-    let tls_broker = matches!(broker, BrokerChoice::External { tls: true, .. });
+    }
+}
 
-    let protocol = match f.opt::<String>("protocol", sink).as_deref() {
-        None => d.protocol,
-        Some("3.1.1") => MqttProtocol::V311,
-        Some("5") => MqttProtocol::V5,
-        Some(other) => {
-            sink.error(
-                f.path_of("protocol"),
-                format!("expected \"3.1.1\" or \"5\", got \"{other}\""),
-            );
-            d.protocol
-        }
-    };
+/// `protocol`: `3.1.1` or `5`; the embedded broker speaks 3.1.1 only.
+fn decode_protocol(
+    f: &mut Fields<'_>,
+    d: &MqttConfig,
+    embedded: bool,
+    sink: &mut Sink,
+) -> MqttProtocol {
+    let protocol = f.choice(
+        "protocol",
+        &[("3.1.1", MqttProtocol::V311), ("5", MqttProtocol::V5)],
+        d.protocol,
+        sink,
+    );
     if embedded && protocol == MqttProtocol::V5 {
         sink.error(
             f.path_of("protocol"),
@@ -302,47 +341,48 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
              (e.g. mosquitto) for MQTT 5",
         );
     }
+    protocol
+}
 
-    let listen = match f.opt::<String>("listen", sink) {
-        None => d.embedded.listen,
-        Some(a) => match a.parse::<SocketAddr>() {
-            Ok(addr) if !addr.ip().is_loopback() => {
-                sink.error(
-                    f.path_of("listen"),
-                    format!(
-                        "{addr} is not a loopback address; the embedded broker is for this machine \
-                         only (use mosquitto with TLS and ACLs to serve a network)"
-                    ),
-                );
-                d.embedded.listen
-            }
-            Ok(addr) if addr.port() == 0 => {
-                sink.error(
-                    f.path_of("listen"),
-                    "needs a fixed port (clients must find it)",
-                );
-                d.embedded.listen
-            }
-            Ok(addr) => {
-                if !embedded {
-                    sink.error(f.path_of("listen"), "only applies to broker = \"embedded\"");
-                }
-                addr
-            }
-            Err(_) => {
-                sink.error(
-                    f.path_of("listen"),
-                    format!("expected an address such as \"127.0.0.1:1883\", got \"{a}\""),
-                );
-                d.embedded.listen
-            }
-        },
+/// `listen`: the embedded broker's loopback address, with a fixed port.
+fn decode_listen(
+    f: &mut Fields<'_>,
+    d: &MqttConfig,
+    embedded: bool,
+    sink: &mut Sink,
+) -> SocketAddr {
+    let Some(a) = f.opt::<String>("listen", sink) else {
+        return d.embedded.listen;
     };
+    let problem = match a.parse::<SocketAddr>() {
+        Ok(addr) if !addr.ip().is_loopback() => format!(
+            "{addr} is not a loopback address; the embedded broker is for this machine \
+             only (use mosquitto with TLS and ACLs to serve a network)"
+        ),
+        Ok(addr) if addr.port() == 0 => "needs a fixed port (clients must find it)".into(),
+        Ok(addr) => {
+            if !embedded {
+                sink.error(f.path_of("listen"), "only applies to broker = \"embedded\"");
+            }
+            return addr;
+        }
+        Err(_) => format!("expected an address such as \"127.0.0.1:1883\", got \"{a}\""),
+    };
+    sink.error(f.path_of("listen"), problem);
+    d.embedded.listen
+}
 
+/// `topic_prefix`: the first level(s) of every topic ([`check_topic_prefix`]).
+fn decode_topic_prefix(f: &mut Fields<'_>, d: &MqttConfig, sink: &mut Sink) -> String {
     let topic_prefix: String = f.get("topic_prefix", d.topic_prefix.clone(), sink);
     if let Err(e) = check_topic_prefix(&topic_prefix) {
         sink.error(f.path_of("topic_prefix"), e);
     }
+    topic_prefix
+}
+
+/// `client_id`: 1-64 characters every broker accepts.
+fn decode_client_id(f: &mut Fields<'_>, d: &MqttConfig, sink: &mut Sink) -> String {
     let client_id: String = f.get("client_id", d.client_id.clone(), sink);
     if !(1..=64).contains(&client_id.len())
         || !client_id
@@ -354,8 +394,17 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
             format!("must be 1-64 characters of A-Z, a-z, 0-9, `-`, `_` or `.`, got `{client_id}`"),
         );
     }
+    client_id
+}
 
-    let credentials = decode_credentials(&mut f, t, base_dir, sink);
+/// The runtime's login to an external broker; the embedded broker's login is internal.
+fn decode_broker_login(
+    f: &mut Fields<'_>,
+    base_dir: Option<&Path>,
+    embedded: bool,
+    sink: &mut Sink,
+) -> Option<CredentialSource> {
+    let credentials = decode_credentials(f, base_dir, sink);
     if credentials.is_some() && embedded {
         sink.error(
             f.path_of("username"),
@@ -363,7 +412,18 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
              connect in [[mqtt.users]]",
         );
     }
+    credentials
+}
 
+/// `ca_file`, `client_cert_file`, `client_key_file`: readable PEM files, for an mqtts:// broker
+/// only; the client certificate and key come together.
+fn decode_tls(
+    f: &mut Fields<'_>,
+    base_dir: Option<&Path>,
+    broker: &BrokerChoice,
+    sink: &mut Sink,
+) -> TlsFiles {
+    let tls_broker = matches!(broker, BrokerChoice::External { tls: true, .. });
     let mut tls = TlsFiles::default();
     for (key, slot) in [
         ("ca_file", &mut tls.ca_file),
@@ -387,84 +447,99 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
             "client_cert_file and client_key_file must be given together",
         );
     }
+    tls
+}
 
-    let keep_alive: f64 = f.get("keep_alive_secs", d.keep_alive.as_secs_f64(), sink);
-    super::check_range(&f, "keep_alive_secs", keep_alive, 1.0, 3600.0, sink);
-    let retry_initial: f64 = f.get("retry_initial_secs", d.retry_initial.as_secs_f64(), sink);
-    super::check_range(&f, "retry_initial_secs", retry_initial, 0.01, 3600.0, sink);
-    let retry_max: f64 = f.get("retry_max_secs", d.retry_max.as_secs_f64(), sink);
-    super::check_range(&f, "retry_max_secs", retry_max, 0.01, 86400.0, sink);
-    if retry_max.is_finite() && retry_initial.is_finite() && retry_max < retry_initial {
-        sink.error(
-            f.path_of("retry_max_secs"),
-            format!("must be >= retry_initial_secs ({retry_initial}), got {retry_max}"),
-        );
-    }
+/// How the link to the broker is kept and re-established.
+struct LinkTiming {
+    keep_alive: Duration,
+    retry: Retry,
+}
 
-    let outbox_capacity: u32 = f.get("outbox_capacity", d.outbox_capacity as u32, sink);
-    if !(1..=1_000_000).contains(&outbox_capacity) {
-        sink.error(
-            f.path_of("outbox_capacity"),
-            format!("must be between 1 and 1000000, got {outbox_capacity}"),
-        );
-    }
-    let outbox_when_full = match f.opt::<String>("outbox_when_full", sink).as_deref() {
-        None => d.outbox_when_full,
-        Some("drop_oldest") => WhenFull::DropOldest,
-        Some("drop_newest") => WhenFull::DropNewest,
-        Some(other) => {
-            sink.error(
-                f.path_of("outbox_when_full"),
-                format!("expected \"drop_oldest\" or \"drop_newest\", got \"{other}\""),
-            );
-            d.outbox_when_full
-        }
-    };
-    let query_max_bytes: u32 = f.get("query_max_bytes", d.query_max_bytes as u32, sink);
-    if !(256..=1 << 20).contains(&query_max_bytes) {
-        sink.error(
-            f.path_of("query_max_bytes"),
-            format!("must be between 256 and 1048576, got {query_max_bytes}"),
-        );
-    }
-    let question_max_chars: u32 = f.get("question_max_chars", d.question_max_chars as u32, sink);
-    if !(1..=100_000).contains(&question_max_chars) {
-        sink.error(
-            f.path_of("question_max_chars"),
-            format!("must be between 1 and 100000, got {question_max_chars}"),
-        );
-    }
-    let query_queue: u32 = f.get("query_queue", d.query_queue as u32, sink);
-    if !(1..=1024).contains(&query_queue) {
-        sink.error(
-            f.path_of("query_queue"),
-            format!("must be between 1 and 1024, got {query_queue}"),
-        );
-    }
-
-    let users = decode_users(&mut f, base_dir, embedded, sink);
-    f.finish(sink);
-
-    MqttConfig {
-        enabled,
-        broker,
-        protocol,
-        topic_prefix,
-        client_id,
-        credentials,
-        tls,
+fn decode_link_timing(f: &mut Fields<'_>, d: &MqttConfig, sink: &mut Sink) -> LinkTiming {
+    let keep_alive = ranged(
+        f,
+        "keep_alive_secs",
+        d.keep_alive.as_secs_f64(),
+        1.0,
+        3600.0,
+        sink,
+    );
+    LinkTiming {
         keep_alive: secs(keep_alive, d.keep_alive),
-        retry_initial: secs(retry_initial, d.retry_initial),
-        retry_max: secs(retry_max, d.retry_max),
-        outbox_capacity: outbox_capacity.max(1) as usize,
-        outbox_when_full,
-        query_max_bytes: query_max_bytes as usize,
-        question_max_chars: question_max_chars.max(1) as usize,
-        query_queue: query_queue.max(1) as usize,
-        embedded: EmbeddedConfig { listen, users },
+        retry: decode_retry(f, d.retry_initial, d.retry_max, sink),
     }
 }
 
+/// What is kept while the broker cannot take messages.
+struct Outbox {
+    capacity: usize,
+    when_full: WhenFull,
+}
+
+fn decode_outbox(f: &mut Fields<'_>, d: &MqttConfig, sink: &mut Sink) -> Outbox {
+    let capacity = bounded(f, "outbox_capacity", d.outbox_capacity, 1, 1_000_000, sink);
+    let when_full = f.choice(
+        "outbox_when_full",
+        &[
+            ("drop_oldest", WhenFull::DropOldest),
+            ("drop_newest", WhenFull::DropNewest),
+        ],
+        d.outbox_when_full,
+        sink,
+    );
+    Outbox {
+        capacity: capacity.max(1) as usize,
+        when_full,
+    }
+}
+
+/// How large and how many questions are accepted.
+struct QueryLimits {
+    query_max_bytes: usize,
+    question_max_chars: usize,
+    query_queue: usize,
+}
+
+fn decode_query_limits(f: &mut Fields<'_>, d: &MqttConfig, sink: &mut Sink) -> QueryLimits {
+    let max_bytes = bounded(f, "query_max_bytes", d.query_max_bytes, 256, 1 << 20, sink);
+    let max_chars = bounded(
+        f,
+        "question_max_chars",
+        d.question_max_chars,
+        1,
+        100_000,
+        sink,
+    );
+    let queue = bounded(f, "query_queue", d.query_queue, 1, 1024, sink);
+    QueryLimits {
+        query_max_bytes: max_bytes as usize,
+        question_max_chars: max_chars.max(1) as usize,
+        query_queue: queue.max(1) as usize,
+    }
+}
+
+/// An integer `key` (default `default`) that must lie in `min..=max`; out of range is reported
+/// and returned as is.
+fn bounded(
+    f: &mut Fields<'_>,
+    key: &'static str,
+    default: usize,
+    min: u32,
+    max: u32,
+    sink: &mut Sink,
+) -> u32 {
+    let v: u32 = f.get(key, default as u32, sink);
+    if !(min..=max).contains(&v) {
+        sink.error(
+            f.path_of(key),
+            format!("must be between {min} and {max}, got {v}"),
+        );
+    }
+    v
+}
+
+/// `[[mqtt.users]]`: the people the embedded broker lets in.
 fn decode_users(
     f: &mut Fields<'_>,
     base_dir: Option<&Path>,
@@ -498,64 +573,73 @@ fn decode_users(
             sink.error(path, format!("expected a table, got {}", type_name(item)));
             continue;
         };
-        let mut u = Fields::new(path.clone(), "mqtt.users[]", t);
-        let name: Option<String> = u.opt("name", sink);
-        let password = decode_password(&mut u, base_dir, sink);
-        let ask = u.get("ask", false, sink);
-        if t.contains_key("password") {
-            u.raw("password", sink);
-            sink.error(
-                u.path_of("password"),
-                "passwords are never written in the config; use password_file or password_env",
-            );
-        }
-        u.finish(sink);
-        match &name {
-            None if !t.contains_key("name") => sink.error(format!("{path}.name"), "is required"),
-            Some(n)
-                if n.is_empty()
-                    || n.len() > 64
-                    || n.chars().any(|c| c.is_control() || c == ':') =>
-            {
-                sink.error(
-                    format!("{path}.name"),
-                    format!("must be 1-64 printable characters without `:`, got `{n}`"),
-                )
-            }
-            Some(n) if users.iter().any(|x: &BrokerUser| &x.name == n) => {
-                sink.error(format!("{path}.name"), format!("duplicate user `{n}`"))
-            }
-            _ => {}
-        }
-        if password.is_none() && !t.contains_key("password_file") && !t.contains_key("password_env")
-        {
-            sink.error(
-                format!("{path}.password_file"),
-                "a user needs a password (password_file or password_env)",
-            );
-        }
-        if let (Some(name), Some(password)) = (name, password) {
-            users.push(BrokerUser {
-                name,
-                password,
-                ask,
-            });
+        if let Some(user) = decode_user(&path, t, &users, base_dir, sink) {
+            users.push(user);
         }
     }
     users
+}
+
+/// One `[[mqtt.users]]` entry: a unique printable `name`, a password source, `ask`.
+fn decode_user(
+    path: &str,
+    t: &toml::Table,
+    earlier: &[BrokerUser],
+    base_dir: Option<&Path>,
+    sink: &mut Sink,
+) -> Option<BrokerUser> {
+    let mut u = Fields::new(path, "mqtt.users[]", t);
+    let name: Option<String> = u.opt("name", sink);
+    let password = decode_password(&mut u, base_dir, sink);
+    let ask = u.get("ask", false, sink);
+    if u.has("password") {
+        u.raw("password", sink);
+        sink.error(
+            u.path_of("password"),
+            "passwords are never written in the config; use password_file or password_env",
+        );
+    }
+    let has_password_key = u.has("password_file") || u.has("password_env");
+    let has_name_key = u.has("name");
+    u.finish(sink);
+    match &name {
+        None if !has_name_key => sink.error(format!("{path}.name"), "is required"),
+        Some(n)
+            if n.is_empty() || n.len() > 64 || n.chars().any(|c| c.is_control() || c == ':') =>
+        {
+            sink.error(
+                format!("{path}.name"),
+                format!("must be 1-64 printable characters without `:`, got `{n}`"),
+            )
+        }
+        Some(n) if earlier.iter().any(|x| &x.name == n) => {
+            sink.error(format!("{path}.name"), format!("duplicate user `{n}`"))
+        }
+        _ => {}
+    }
+    if password.is_none() && !has_password_key {
+        sink.error(
+            format!("{path}.password_file"),
+            "a user needs a password (password_file or password_env)",
+        );
+    }
+    Some(BrokerUser {
+        name: name?,
+        password: password?,
+        ask,
+    })
 }
 
 /// `username` + password source of a table (a camera, the broker); a `password` key is refused
 /// with the reason, before `finish` would call it unknown.
 pub(super) fn decode_credentials(
     f: &mut Fields<'_>,
-    t: &toml::Table,
     base_dir: Option<&Path>,
     sink: &mut Sink,
 ) -> Option<CredentialSource> {
     let username: Option<String> = f.opt("username", sink);
     let password = decode_password(f, base_dir, sink);
-    if t.contains_key("password") {
+    if f.has("password") {
         f.raw("password", sink);
         sink.error(
             f.path_of("password"),
@@ -628,10 +712,6 @@ fn resolve(p: &Path, base_dir: Option<&Path>) -> PathBuf {
         Some(base) if p.is_relative() => base.join(p),
         _ => p.to_path_buf(),
     }
-}
-
-fn secs(v: f64, fallback: Duration) -> Duration {
-    Duration::try_from_secs_f64(v).unwrap_or(fallback)
 }
 
 #[cfg(test)]

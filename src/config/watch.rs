@@ -1,8 +1,8 @@
 //! Watching: each camera's narration keys, `[memory]` (the visual-token memory and live KV cache)
 //! and `[query]` (questions over recent footage).
 
-use super::check_range;
 use super::decode::{Fields, Sink};
+use super::{check_range, ranged, secs};
 use std::time::Duration;
 
 /// Which triggers make a camera speak (any combination; none: the camera never narrates).
@@ -115,60 +115,32 @@ impl Default for QueryConfig {
 /// Decodes a camera's narration keys.
 pub(super) fn decode_narrate(f: &mut Fields<'_>, sink: &mut Sink) -> NarrateConfig {
     let d = NarrateConfig::default();
-    let triggers = match f.opt::<Vec<String>>("narrate", sink) {
-        None => d.triggers,
-        Some(list) => {
-            let mut t = NarrateTriggers::default();
-            for name in &list {
-                match name.as_str() {
-                    "model" => t.model = true,
-                    "change" => t.change = true,
-                    "interval" => t.interval = true,
-                    other => sink.error(
-                        f.path_of("narrate"),
-                        format!(
-                            "unknown trigger `{other}`; expected any of \"model\", \"change\", \"interval\" (or [] for none)"
-                        ),
-                    ),
-                }
-            }
-            t
-        }
-    };
-    let interval: f64 = f.get("narrate_interval_secs", d.interval.as_secs_f64(), sink);
-    check_range(f, "narrate_interval_secs", interval, 1.0, 86_400.0, sink);
-    let speak_threshold: f64 = f.get("narrate_speak_threshold", d.speak_threshold, sink);
-    check_range(
+    let triggers = decode_triggers(f, d.triggers, sink);
+    let interval = ranged(
+        f,
+        "narrate_interval_secs",
+        d.interval.as_secs_f64(),
+        1.0,
+        86_400.0,
+        sink,
+    );
+    let speak_threshold = ranged(
         f,
         "narrate_speak_threshold",
-        speak_threshold,
+        d.speak_threshold,
         0.0,
         1.0,
         sink,
     );
-    let cooldown: f64 = f.get("narrate_cooldown_secs", d.cooldown.as_secs_f64(), sink);
-    check_range(f, "narrate_cooldown_secs", cooldown, 0.0, 86_400.0, sink);
-    let start: f64 = f.get("change_start_ratio", d.change_start_ratio, sink);
-    check_range(f, "change_start_ratio", start, 0.0, 1.0, sink);
-    let end: f64 = f.get("change_end_ratio", d.change_end_ratio, sink);
-    check_range(f, "change_end_ratio", end, 0.0, 1.0, sink);
-    if end.is_finite() && start.is_finite() && end >= start {
-        sink.error(
-            f.path_of("change_end_ratio"),
-            format!(
-                "must be below change_start_ratio ({start}) so one change gives one narration, got {end}"
-            ),
-        );
-    }
-    let change_frames: u32 = f.get("change_frames", d.change_frames, sink);
-    check_range(
+    let cooldown = ranged(
         f,
-        "change_frames",
-        f64::from(change_frames),
-        1.0,
-        100.0,
+        "narrate_cooldown_secs",
+        d.cooldown.as_secs_f64(),
+        0.0,
+        86_400.0,
         sink,
     );
+    let change = decode_change(f, &d, sink);
     let max_tokens: u32 = f.get("narrate_max_tokens", d.max_tokens, sink);
     check_range(
         f,
@@ -184,14 +156,75 @@ pub(super) fn decode_narrate(f: &mut Fields<'_>, sink: &mut Sink) -> NarrateConf
     }
     NarrateConfig {
         triggers,
-        interval: Duration::try_from_secs_f64(interval).unwrap_or(d.interval),
+        interval: secs(interval, d.interval),
         speak_threshold,
-        cooldown: Duration::try_from_secs_f64(cooldown).unwrap_or(d.cooldown),
-        change_start_ratio: start,
-        change_end_ratio: end,
-        change_frames: change_frames.max(1),
+        cooldown: secs(cooldown, d.cooldown),
+        change_start_ratio: change.start_ratio,
+        change_end_ratio: change.end_ratio,
+        change_frames: change.frames,
         max_tokens: max_tokens.max(1),
         prompt,
+    }
+}
+
+/// `narrate`: any of "model", "change", "interval"; absent gives `default`.
+fn decode_triggers(
+    f: &mut Fields<'_>,
+    default: NarrateTriggers,
+    sink: &mut Sink,
+) -> NarrateTriggers {
+    let Some(list) = f.opt::<Vec<String>>("narrate", sink) else {
+        return default;
+    };
+    let mut t = NarrateTriggers::default();
+    for name in &list {
+        match name.as_str() {
+            "model" => t.model = true,
+            "change" => t.change = true,
+            "interval" => t.interval = true,
+            other => sink.error(
+                f.path_of("narrate"),
+                format!(
+                    "unknown trigger `{other}`; expected any of \"model\", \"change\", \"interval\" (or [] for none)"
+                ),
+            ),
+        }
+    }
+    t
+}
+
+/// When DiffFP activity counts as a change: the start and end ratios (end below start) and the
+/// frames that confirm either.
+struct ChangeDetection {
+    start_ratio: f64,
+    end_ratio: f64,
+    frames: u32,
+}
+
+fn decode_change(f: &mut Fields<'_>, d: &NarrateConfig, sink: &mut Sink) -> ChangeDetection {
+    let start = ranged(
+        f,
+        "change_start_ratio",
+        d.change_start_ratio,
+        0.0,
+        1.0,
+        sink,
+    );
+    let end = ranged(f, "change_end_ratio", d.change_end_ratio, 0.0, 1.0, sink);
+    if end.is_finite() && start.is_finite() && end >= start {
+        sink.error(
+            f.path_of("change_end_ratio"),
+            format!(
+                "must be below change_start_ratio ({start}) so one change gives one narration, got {end}"
+            ),
+        );
+    }
+    let frames: u32 = f.get("change_frames", d.change_frames, sink);
+    check_range(f, "change_frames", f64::from(frames), 1.0, 100.0, sink);
+    ChangeDetection {
+        start_ratio: start,
+        end_ratio: end,
+        frames: frames.max(1),
     }
 }
 

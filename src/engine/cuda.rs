@@ -1,11 +1,11 @@
-//! The CUDA execution provider (cargo feature `tensorrt`; needs an onnxruntime-gpu library).
+//! The CUDA execution provider (cargo feature `ort-cuda`; needs an onnxruntime-gpu library).
 
 use super::error::EngineError;
 use super::provider::SessionPlan;
 use std::path::Path;
 
 /// Registers CUDA on the plan's device, failing (no CPU fallback) when ONNX Runtime cannot use it.
-#[cfg(feature = "tensorrt")]
+#[cfg(feature = "ort-cuda")]
 pub(crate) fn register(
     builder: ort::session::builder::SessionBuilder,
     plan: &SessionPlan<'_>,
@@ -20,13 +20,13 @@ pub(crate) fn register(
 }
 
 /// The CUDA provider as registered, also behind TensorRT for the nodes TensorRT rejects.
-#[cfg(feature = "tensorrt")]
+#[cfg(feature = "ort-cuda")]
 pub(crate) fn provider(device_id: i32) -> ort::ep::CUDA {
     ort::ep::CUDA::default().with_device_id(device_id)
 }
 
 /// Without the feature the provider does not exist in this binary.
-#[cfg(not(feature = "tensorrt"))]
+#[cfg(not(feature = "ort-cuda"))]
 pub(crate) fn register(
     _builder: ort::session::builder::SessionBuilder,
     _plan: &SessionPlan<'_>,

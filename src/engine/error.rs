@@ -58,7 +58,7 @@ pub enum EngineError {
     /// The provider was not compiled into this binary.
     #[error(
         "execution provider `{provider}` is not compiled into this edgevlm; rebuild with \
-         `cargo build --release --features tensorrt` (CUDA and TensorRT come together)"
+         `cargo build --release --features gpu` (or the feature `ort-{provider}` alone)"
     )]
     ProviderNotBuilt {
         /// `cuda` or `tensorrt`.

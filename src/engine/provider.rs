@@ -14,7 +14,8 @@ impl ProviderKind {
     pub fn is_built(self) -> bool {
         match self {
             ProviderKind::Cpu => true,
-            ProviderKind::Cuda | ProviderKind::TensorRt => cfg!(feature = "tensorrt"),
+            ProviderKind::Cuda => cfg!(feature = "ort-cuda"),
+            ProviderKind::TensorRt => cfg!(feature = "ort-tensorrt"),
         }
     }
 
@@ -56,16 +57,20 @@ impl ModelRole {
 }
 
 /// Everything a provider module needs to register itself for one session.
-// Without the `tensorrt` feature only the CPU provider reads it.
-#[cfg_attr(not(feature = "tensorrt"), allow(dead_code))]
+// Without the `ort-cuda` feature only the CPU provider reads it.
+#[cfg_attr(not(feature = "ort-cuda"), allow(dead_code))]
 pub(crate) struct SessionPlan<'a> {
     pub role: ModelRole,
     pub kind: ProviderKind,
     pub device_id: i32,
+    /// TensorRT build options (TensorRT only).
+    #[cfg_attr(not(feature = "ort-tensorrt"), allow(dead_code))]
     pub tensorrt: &'a TensorRtSettings,
     /// Engine and timing cache directory (TensorRT only).
+    #[cfg_attr(not(feature = "ort-tensorrt"), allow(dead_code))]
     pub cache_dir: &'a Path,
     /// Optimisation profile (TensorRT only).
+    #[cfg_attr(not(feature = "ort-tensorrt"), allow(dead_code))]
     pub profile: Option<Profile>,
     /// The library in use, for messages.
     pub library: &'a Path,
@@ -114,7 +119,7 @@ pub(crate) fn host_memory() -> Result<ort::memory::MemoryInfo<'static>, ort::Err
 
 /// Maps a registration error to one that names the provider and says what to install.
 /// `Err` naming the provider when the loaded ONNX Runtime library was built without it.
-#[cfg(feature = "tensorrt")]
+#[cfg(feature = "ort-cuda")]
 pub(crate) fn require_built_in<P: ort::ep::ExecutionProvider>(
     kind: ProviderKind,
     label: &str,

@@ -1,4 +1,4 @@
-//! The TensorRT execution provider (cargo feature `tensorrt`): fp16 engines built by ONNX Runtime
+//! The TensorRT execution provider (cargo feature `ort-tensorrt`): fp16 engines built by ONNX Runtime
 //! and cached under the state directory, one optimisation profile per model derived from the
 //! manifest and the camera geometries, optional Jetson DLA.
 //!
@@ -209,7 +209,7 @@ pub fn cache_dir(state_dir: &Path, m: &Manifest, ort_version: &str) -> PathBuf {
 
 /// Registers TensorRT (then CUDA for what TensorRT rejects, microsoft/onnxruntime#1837), both
 /// failing the session instead of falling back to the CPU.
-#[cfg(feature = "tensorrt")]
+#[cfg(feature = "ort-tensorrt")]
 pub(crate) fn register(
     builder: ort::session::builder::SessionBuilder,
     plan: &SessionPlan<'_>,
@@ -270,7 +270,7 @@ pub(crate) fn register(
 }
 
 /// Without the feature the provider does not exist in this binary.
-#[cfg(not(feature = "tensorrt"))]
+#[cfg(not(feature = "ort-tensorrt"))]
 pub(crate) fn register(
     _builder: ort::session::builder::SessionBuilder,
     _plan: &SessionPlan<'_>,

@@ -2,7 +2,7 @@
 //! the CPU otherwise. The choice comes back as a value the caller logs once; nothing here logs.
 
 use std::fmt;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "prune-cuda")]
 use std::sync::Arc;
 
 /// Which engine computes SADs.
@@ -10,7 +10,7 @@ use std::sync::Arc;
 pub enum BackendKind {
     /// Portable CPU code (always available).
     Cpu,
-    /// CUDA kernel compiled with NVRTC (feature `cuda`, GPU present).
+    /// CUDA kernel compiled with NVRTC (feature `prune-cuda`, GPU present).
     Cuda,
 }
 
@@ -47,7 +47,7 @@ pub struct Backend {
 #[derive(Clone, Debug)]
 enum Inner {
     Cpu,
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "prune-cuda")]
     Cuda(Arc<super::cuda::GpuContext>),
 }
 
@@ -72,7 +72,7 @@ impl Backend {
         if !prefer_gpu {
             return cpu("GPU not requested");
         }
-        #[cfg(feature = "cuda")]
+        #[cfg(feature = "prune-cuda")]
         {
             match super::cuda::probe() {
                 Ok(gpu) => {
@@ -90,7 +90,7 @@ impl Backend {
                 Err(why) => cpu(&why),
             }
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(feature = "prune-cuda"))]
         {
             cpu("built without the `cuda` feature")
         }
@@ -100,13 +100,13 @@ impl Backend {
     pub fn kind(&self) -> BackendKind {
         match self.inner {
             Inner::Cpu => BackendKind::Cpu,
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "prune-cuda")]
             Inner::Cuda(_) => BackendKind::Cuda,
         }
     }
 
     /// The GPU context, when this is the CUDA engine.
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "prune-cuda")]
     pub(crate) fn gpu(&self) -> Option<&Arc<super::cuda::GpuContext>> {
         match &self.inner {
             Inner::Cuda(g) => Some(g),

@@ -17,7 +17,7 @@
 //!
 //! Both kernels are exact integer code and are checked against a plain per-block sum.
 
-use super::geometry::Geometry;
+use super::grid::BlockGrid;
 
 /// 16 bytes aligned to 16: the unit of [`PrevFrame`]'s storage.
 #[derive(Clone, Copy, Debug, Default)]
@@ -41,7 +41,7 @@ fn lane_bytes_mut(lanes: &mut [Lane16]) -> &mut [u8] {
 /// block row (the tail of a slot is padding and never read as pixels).
 #[derive(Clone)]
 pub(crate) struct PrevFrame {
-    geom: Geometry,
+    geom: BlockGrid,
     slot: usize,
     lanes: Vec<Lane16>,
 }
@@ -56,7 +56,7 @@ impl std::fmt::Debug for PrevFrame {
 
 impl PrevFrame {
     /// Zeroed buffer for frames of `geom`.
-    pub(crate) fn new(geom: &Geometry) -> Self {
+    pub(crate) fn new(geom: &BlockGrid) -> Self {
         let slot = geom.block_row_bytes().div_ceil(16);
         PrevFrame {
             geom: *geom,
@@ -87,7 +87,7 @@ impl PrevFrame {
     }
 
     /// Write the frame packed (`width * 3` bytes per row) into `out` (`frame_bytes` long).
-    #[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
+    #[cfg_attr(not(any(test, feature = "prune-cuda")), allow(dead_code))]
     pub(crate) fn unpack_into(&self, out: &mut [u8]) {
         let (rb, brb, row_lanes, slot) = (
             self.geom.row_bytes(),
@@ -109,7 +109,7 @@ impl PrevFrame {
     /// Per-block SAD of `cur` (rows `stride` bytes apart) against this frame, then store `cur`.
     /// Writes one SAD per token in raster order.
     ///
-    /// The caller has validated `cur` with [`Geometry::check_frame`]; the buffer and `sads` are
+    /// The caller has validated `cur` with [`BlockGrid::check_frame`]; the buffer and `sads` are
     /// sized for the geometry at construction, so the slicing below cannot go out of bounds.
     pub(crate) fn sad_and_copy(&mut self, cur: &[u8], stride: usize, sads: &mut [u32]) {
         let geom = self.geom;
@@ -295,7 +295,7 @@ mod tests {
     }
 
     /// Plain per-block SAD of two packed frames, block by block.
-    fn sad_naive(geom: &Geometry, cur: &[u8], stride: usize, prev: &[u8], n: usize) -> u32 {
+    fn sad_naive(geom: &BlockGrid, cur: &[u8], stride: usize, prev: &[u8], n: usize) -> u32 {
         let (by, bx) = (n / geom.cols(), n % geom.cols());
         let (block, brb, rb) = (geom.block(), geom.block_row_bytes(), geom.row_bytes());
         let mut sad = 0u32;
@@ -324,7 +324,7 @@ mod tests {
             (64, 32, 16, 1, 7),
         ];
         for (w, h, patch, merge, pad) in shapes {
-            let geom = Geometry::new(w, h, patch, merge).unwrap();
+            let geom = BlockGrid::new(w, h, patch, merge).unwrap();
             let rb = geom.row_bytes();
             let stride = rb + pad;
             let old: Vec<u8> = (0..geom.frame_bytes())
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn saturated_block_sums_do_not_overflow() {
-        let geom = Geometry::new(256, 256, 16, 16).unwrap();
+        let geom = BlockGrid::new(256, 256, 16, 16).unwrap();
         let cur = vec![255u8; geom.frame_bytes()];
         let mut prev = PrevFrame::new(&geom);
         let mut sads = vec![0; 1];

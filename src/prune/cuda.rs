@@ -1,4 +1,4 @@
-//! GPU SAD backend (feature `cuda`): cudarc + NVRTC, loaded at run time, probed before use.
+//! GPU SAD backend (feature `prune-cuda`): cudarc + NVRTC, loaded at run time, probed before use.
 //!
 //! Only SADs are computed here; decisions stay in the shared CPU code, so GPU and CPU masks
 //! are identical as long as the integer SADs are (parity tests in `tests/gpu_parity.rs`).
@@ -17,7 +17,7 @@ use cudarc::driver::{
 
 use super::cpu::PrevFrame;
 use super::error::PruneError;
-use super::geometry::Geometry;
+use super::grid::BlockGrid;
 
 /// One thread block per (token block, frame pair): threads stride over the block's bytes,
 /// accumulate |cur - prev| in u32, then reduce with warp shuffles. Slot 0 of `frames` is the
@@ -146,7 +146,7 @@ fn init() -> Result<GpuContext, String> {
 pub(crate) struct CudaSad {
     gpu: Arc<GpuContext>,
     stream: Arc<CudaStream>,
-    geom: Geometry,
+    geom: BlockGrid,
     max_batch: usize,
     frames: CudaSlice<u8>,
     sads: CudaSlice<u32>,
@@ -174,7 +174,7 @@ impl CudaSad {
     /// Allocate device buffers for batches of up to `max_batch` frames of `geom`.
     pub(crate) fn new(
         gpu: &Arc<GpuContext>,
-        geom: &Geometry,
+        geom: &BlockGrid,
         max_batch: usize,
     ) -> Result<Self, PruneError> {
         if max_batch == 0 || max_batch > MAX_BATCH {

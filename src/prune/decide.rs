@@ -7,7 +7,7 @@ use std::fmt;
 
 use super::adaptive::NoiseFloor;
 use super::bound::SadBound;
-use super::geometry::Geometry;
+use super::grid::BlockGrid;
 use super::{PruneMode, PruneParams};
 
 /// The pruning decision for one frame; owned by the pruner and overwritten by the next frame.
@@ -25,7 +25,7 @@ pub struct Decision {
 
 impl Decision {
     /// Empty decision sized for `geom` (allocated once per pruner).
-    pub(crate) fn new(geom: &Geometry) -> Self {
+    pub(crate) fn new(geom: &BlockGrid) -> Self {
         let n = geom.tokens();
         Decision {
             keep: vec![false; n],
@@ -156,7 +156,7 @@ pub(crate) struct Decider {
 
 impl Decider {
     /// Decider for validated `params` on `geom`; calibrates the reference bound once.
-    pub(crate) fn new(params: PruneParams, geom: &Geometry) -> Self {
+    pub(crate) fn new(params: PruneParams, geom: &BlockGrid) -> Self {
         let values_per_block = geom.values_per_block();
         Decider {
             params,

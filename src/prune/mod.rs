@@ -13,20 +13,21 @@
 //! [`NOISE_QUANTILE`] and friends); [`PruneMode::Off`] keeps everything.
 //!
 //! The CPU computes SADs per frame ([`Pruner::push`]); a batch of frames can go to the GPU
-//! (feature `cuda`, [`Backend::select`], [`Pruner::push_batch`]). Decisions are always made by
+//! (feature `prune-cuda`, [`Backend::select`], [`Pruner::push_batch`]). Decisions are always made by
 //! the same CPU code, so GPU and CPU masks are identical.
 
 mod adaptive;
 mod backend;
 mod bound;
 mod cpu;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "prune-cuda")]
 mod cuda;
 mod decide;
 mod error;
-mod geometry;
+mod grid;
 pub mod inspect;
 pub mod oracle;
+mod stage;
 
 pub use crate::config::{ParsePruneModeError, PruneMode, PruneParams};
 pub use adaptive::{
@@ -36,7 +37,8 @@ pub use backend::{Backend, BackendChoice, BackendKind};
 pub use bound::{CALIBRATION_BLOCKS, SadBound};
 pub use decide::{Decision, PruneStats};
 pub use error::PruneError;
-pub use geometry::{Geometry, MAX_BLOCK};
+pub use grid::{BlockGrid, MAX_BLOCK};
+pub use stage::CameraPrune;
 
 use decide::Decider;
 
@@ -73,7 +75,7 @@ impl PruneParams {
 /// Per-frame state shared by the CPU and batch paths.
 #[derive(Debug)]
 struct State {
-    geom: Geometry,
+    geom: BlockGrid,
     /// Copy of the previous pushed frame (aligned block-row slots, see `cpu`).
     prev: cpu::PrevFrame,
     have_prev: bool,
@@ -100,7 +102,7 @@ impl State {
 #[derive(Debug)]
 enum Engine {
     Cpu,
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "prune-cuda")]
     Cuda(Box<cuda::CudaSad>),
 }
 
@@ -120,7 +122,7 @@ impl Pruner {
     /// CPU pruner for `width x height` RGB24 frames.
     pub fn new(width: usize, height: usize, params: PruneParams) -> Result<Pruner, PruneError> {
         params.validate()?;
-        let geom = Geometry::new(width, height, params.patch, params.merge)?;
+        let geom = BlockGrid::new(width, height, params.patch, params.merge)?;
         if params.min_tokens > geom.tokens() {
             return Err(PruneError::MinTokensTooLarge {
                 min_tokens: params.min_tokens,
@@ -152,7 +154,7 @@ impl Pruner {
         max_batch: usize,
     ) -> Result<Pruner, PruneError> {
         let pruner = Pruner::new(width, height, params)?;
-        #[cfg(feature = "cuda")]
+        #[cfg(feature = "prune-cuda")]
         if let Some(gpu) = backend.gpu() {
             let sad = cuda::CudaSad::new(gpu, &pruner.state.geom, max_batch)?;
             return Ok(Pruner {
@@ -204,7 +206,7 @@ impl Pruner {
                 }
                 Ok(())
             }
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "prune-cuda")]
             Engine::Cuda(sad) => gpu_batch(sad, &mut self.state, frames, stride, on_decision),
         }
     }
@@ -215,7 +217,7 @@ impl Pruner {
     }
 
     /// Frame and token geometry.
-    pub fn geometry(&self) -> &Geometry {
+    pub fn grid(&self) -> &BlockGrid {
         &self.state.geom
     }
 
@@ -238,14 +240,14 @@ impl Pruner {
     pub fn backend_kind(&self) -> BackendKind {
         match self.engine {
             Engine::Cpu => BackendKind::Cpu,
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "prune-cuda")]
             Engine::Cuda(_) => BackendKind::Cuda,
         }
     }
 }
 
 /// GPU batch: SADs of each chunk from one launch, decisions by the shared CPU code.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "prune-cuda")]
 fn gpu_batch<F>(
     sad: &mut cuda::CudaSad,
     state: &mut State,

@@ -7,7 +7,7 @@
 
 use super::PruneParams;
 use super::error::PruneError;
-use super::geometry::Geometry;
+use super::grid::BlockGrid;
 
 /// How 8-bit values become normalised float32 values (mean = std = 0.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -40,7 +40,7 @@ impl Normalise {
 ///
 /// `a` and `b` are packed normalised frames (`width * 3` floats per row). Values are visited in
 /// the reference's token-row order: sub-patches (mh, mw) in raster order, then (C, py, px).
-fn block_score(geom: &Geometry, patch: usize, a: &[f32], b: &[f32], n: usize) -> f32 {
+fn block_score(geom: &BlockGrid, patch: usize, a: &[f32], b: &[f32], n: usize) -> f32 {
     let merge = geom.block() / patch;
     let (by, bx) = (n / geom.cols(), n % geom.cols());
     let row = geom.width() * 3;
@@ -66,7 +66,7 @@ fn block_score(geom: &Geometry, patch: usize, a: &[f32], b: &[f32], n: usize) ->
 /// Float32 reference pruner: keep masks exactly as the reference formula computes them in f32.
 #[derive(Debug)]
 pub struct FloatPruner {
-    geom: Geometry,
+    geom: BlockGrid,
     patch: usize,
     threshold: f32,
     min_tokens: usize,
@@ -89,7 +89,7 @@ impl FloatPruner {
         norm: Normalise,
     ) -> Result<Self, PruneError> {
         params.validate()?;
-        let geom = Geometry::new(width, height, params.patch, params.merge)?;
+        let geom = BlockGrid::new(width, height, params.patch, params.merge)?;
         if params.min_tokens > geom.tokens() {
             return Err(PruneError::MinTokensTooLarge {
                 min_tokens: params.min_tokens,

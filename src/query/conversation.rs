@@ -1,6 +1,7 @@
 //! Conversations: the cache after an answer, kept for a follow-up with the same id; bounded in
-//! number (least recently used forgotten first) and in age.
+//! number (least recently used forgotten first) and in age, on the injected clock.
 
+use crate::base::Clock;
 use crate::generate::KvCache;
 use crate::generate::render::{self, Rendered};
 use std::collections::HashMap;
@@ -44,17 +45,24 @@ impl Conversation {
 pub struct Conversations {
     max: usize,
     ttl: Duration,
+    clock: Clock,
     map: HashMap<String, Conversation>,
 }
 
 impl Conversations {
-    /// At most `max` conversations, each forgotten `ttl` after its last use.
-    pub fn new(max: usize, ttl: Duration) -> Conversations {
+    /// At most `max` conversations, each forgotten `ttl` after its last use by `clock`.
+    pub fn new(max: usize, ttl: Duration, clock: Clock) -> Conversations {
         Conversations {
             max,
             ttl,
+            clock,
             map: HashMap::new(),
         }
+    }
+
+    /// Now, by the clock conversations age on (their `last_used`).
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// Conversations held.
@@ -68,8 +76,9 @@ impl Conversations {
     }
 
     fn expire(&mut self) {
-        let ttl = self.ttl;
-        self.map.retain(|_, c| c.last_used.elapsed() < ttl);
+        let (ttl, now) = (self.ttl, self.clock.now());
+        self.map
+            .retain(|_, c| now.saturating_duration_since(c.last_used) < ttl);
     }
 
     /// Removes and returns a live conversation (it is put back after the answer).

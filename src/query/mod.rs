@@ -21,10 +21,11 @@ pub use validate::{
     CameraDirectory, MAX_TOKENS_LIMIT, QueryLimits, Rejection, ValidQuery, valid_id, validate,
 };
 
+use crate::base::Clock;
 use crate::config::QueryConfig;
 use crate::generate::render::{self, Role};
-use crate::generate::{GenerateError, GenerateOptions, Generator, StopReason};
-use crate::memory::{CameraMemory, MemoryFrame, WatchStats};
+use crate::generate::{GenerateError, GenerateOptions, Generation, Generator, KvCache, StopReason};
+use crate::memory::{CameraMemory, MemoryFrame, MemorySnapshot, WatchStats};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -178,7 +179,7 @@ fn err(code: ErrorCode, message: impl Into<String>) -> QueryError {
 
 impl QueryService {
     /// A service on loaded engines (`Err(reason)`: no model, every question gets `no_model`).
-    /// `system` and `budget`/`slack` must match the memory workers' (the live cache layout).
+    /// `system` and `budget`/`slack` must match the watch workers' (the live cache layout).
     pub fn new(
         model: Result<Generator, String>,
         cfg: QueryConfig,
@@ -186,6 +187,19 @@ impl QueryService {
         system: Option<String>,
         budget: usize,
         slack: f64,
+    ) -> QueryService {
+        QueryService::new_with_clock(model, cfg, limits, system, budget, slack, Clock::system())
+    }
+
+    /// [`QueryService::new`] with conversations that age on `clock`.
+    pub fn new_with_clock(
+        model: Result<Generator, String>,
+        cfg: QueryConfig,
+        limits: AskLimits,
+        system: Option<String>,
+        budget: usize,
+        slack: f64,
+        clock: Clock,
     ) -> QueryService {
         let concurrency = cfg.concurrency.max(1) as usize;
         QueryService {
@@ -197,6 +211,7 @@ impl QueryService {
                 conversations: Mutex::new(Conversations::new(
                     cfg.conversations as usize,
                     cfg.conversation_ttl,
+                    clock,
                 )),
                 cfg,
                 limits,
@@ -403,9 +418,6 @@ impl QueryService {
         on_delta: &mut dyn FnMut(&str),
     ) -> Result<AnswerReport, QueryError> {
         let inner = &self.inner;
-        let question = req.question();
-        let window = req.window().min(cam.window);
-        let max_tokens = req.max_tokens().unwrap_or(inner.cfg.max_tokens);
         let generator = match &inner.model {
             Ok(g) => g,
             Err(reason) => {
@@ -415,32 +427,12 @@ impl QueryService {
                 ));
             }
         };
-        let conversation = req.conversation().map(str::to_string);
-        let taken = conversation
-            .as_ref()
-            .and_then(|id| self.conversations().take(id));
-        let previous = match (&conversation, taken) {
-            (Some(id), taken) => match taken {
-                Some(c) if c.camera != cam.camera => {
-                    let camera = c.camera.clone();
-                    // Put it back: the conversation is still valid for its own camera.
-                    self.conversations().put(id.clone(), c);
-                    return Err(err(
-                        ErrorCode::InvalidField,
-                        format!(
-                            "conversation `{id}` belongs to camera `{camera}`, not `{}`",
-                            cam.camera
-                        ),
-                    ));
-                }
-                other => other,
-            },
-            (None, _) => None,
-        };
+        let conversation = req.conversation();
+        let previous = self.take_conversation(cam, conversation)?;
         let snap = cam.snapshot();
         let Some(newest) = snap.frames.last().cloned() else {
-            if let (Some(c), Some(id)) = (previous, &conversation) {
-                self.conversations().put(id.clone(), c);
+            if let (Some(c), Some(id)) = (previous, conversation) {
+                self.conversations().put(id.to_string(), c);
             }
             return Err(err(
                 ErrorCode::NoFrames,
@@ -450,81 +442,20 @@ impl QueryService {
                 ),
             ));
         };
-        let hidden = generator.engines().decoder().hidden();
-        let ask = render::videollama3_stream_ask(Role::User, question);
-
-        // Where the prompt starts: a conversation, the live cache, or nothing (system turn).
-        let t_start = newest.pts.saturating_sub(window);
-        let in_window = |f: &MemoryFrame| newest.pts.saturating_sub(f.pts) < window;
-        let mut sp = StreamPrompt::default();
-        let (base, forked, first, frames_before, visual_before, turn) = match &previous {
-            Some(conv) => {
-                sp.tokens = conv.unfed.clone();
-                sp.head.push(conv.turn_close());
-                sp.frames = snap
-                    .frames
-                    .iter()
-                    .filter(|f| f.seq > conv.last_seq)
-                    .cloned()
-                    .collect();
-                (
-                    conv.cache.fork(),
-                    false,
-                    Some(conv.first_pts),
-                    conv.frames,
-                    conv.visual_tokens,
-                    conv.turns + 1,
-                )
-            }
-            None => {
-                // Older footage in the cache is tolerated up to the slack's share of what was
-                // asked: a short window is built from memory instead of forking a long cache.
-                let slack = Duration::from_secs_f64(inner.slack * window.as_secs_f64());
-                let live = snap
-                    .live
-                    .as_ref()
-                    .filter(|l| l.span.is_some_and(|(start, _)| start + slack >= t_start));
-                match live {
-                    Some(l) => {
-                        sp.frames = snap
-                            .frames
-                            .iter()
-                            .filter(|f| l.last_seq.is_none_or(|s| f.seq > s))
-                            .cloned()
-                            .collect();
-                        (
-                            l.cache.fork(),
-                            true,
-                            l.span.map(|s| s.0),
-                            l.frames,
-                            l.visual_tokens,
-                            1,
-                        )
-                    }
-                    None => {
-                        sp.head
-                            .push(render::videollama3_stream_prefix(inner.system.as_deref()));
-                        sp.frames = fit_budget(
-                            snap.frames
-                                .iter()
-                                .filter(|f| in_window(f))
-                                .cloned()
-                                .collect(),
-                            inner.budget,
-                        );
-                        let empty = generator.empty_cache().map_err(internal)?;
-                        (empty, false, None, 0, 0, 1)
-                    }
-                }
-            }
-        };
-        sp.tail.push(ask);
-        let first = first
+        let window = req.window().min(cam.window);
+        let mut start = self.start(generator, &snap, previous.as_ref(), &newest, window)?;
+        start
+            .prompt
+            .tail
+            .push(render::videollama3_stream_ask(Role::User, req.question()));
+        let sp = &start.prompt;
+        let first = start
+            .first
             .or(sp.frames.first().map(|f| f.pts))
             .unwrap_or(newest.pts);
         let last = sp.frames.last().map_or(newest.pts, |f| f.pts).max(first);
-        let frames = frames_before + sp.frames.len();
-        let visual_tokens = visual_before + sp.frames.iter().map(|f| f.kept()).sum::<usize>();
+        let frames = start.frames_before + sp.frames.len();
+        let visual_tokens = start.visual_before + sp.frames.iter().map(|f| f.kept()).sum::<usize>();
         let last_seq = sp
             .frames
             .last()
@@ -532,13 +463,167 @@ impl QueryService {
             .or(previous.as_ref().map(|c| c.last_seq))
             .or(snap.live.as_ref().and_then(|l| l.last_seq))
             .unwrap_or(newest.seq);
+        let max_tokens = req.max_tokens().unwrap_or(inner.cfg.max_tokens);
+        let (g, first_token) = self.generate(generator, &start, max_tokens, req, on_delta)?;
+        let total = req.received().elapsed();
+        let report = AnswerReport {
+            text: g.text.clone(),
+            finish: match g.stop {
+                StopReason::EndOfTurn(_) => FinishReason::Stop,
+                StopReason::TokenLimit | StopReason::ContextFull => FinishReason::MaxTokens,
+            },
+            window: (first, last),
+            frames,
+            visual_tokens,
+            prompt_tokens: start.base.len() + g.prompt_tokens,
+            generated_tokens: g.tokens.len(),
+            first_token: first_token.unwrap_or(total),
+            total,
+            forked: start.forked,
+            turn: start.turn,
+        };
+        if let Some(id) = conversation {
+            let now = self.conversations().now();
+            self.conversations().put(
+                id.to_string(),
+                conversation::Conversation {
+                    camera: cam.camera.clone(),
+                    ended: matches!(g.stop, StopReason::EndOfTurn(_)),
+                    cache: g.cache,
+                    unfed: g.unfed,
+                    last_seq,
+                    first_pts: first,
+                    frames,
+                    visual_tokens,
+                    turns: start.turn,
+                    last_used: now,
+                },
+            );
+        }
+        Ok(report)
+    }
 
-        let prompt = sp.prompt(hidden).map_err(internal)?;
+    /// The conversation a question continues, if it names a live one of this camera.
+    fn take_conversation(
+        &self,
+        cam: &CameraMemory,
+        id: Option<&str>,
+    ) -> Result<Option<conversation::Conversation>, QueryError> {
+        let Some(id) = id else { return Ok(None) };
+        // The lock is released before the match: putting it back takes it again.
+        let taken = self.conversations().take(id);
+        match taken {
+            Some(c) if c.camera != cam.camera => {
+                let camera = c.camera.clone();
+                // Put it back: the conversation is still valid for its own camera.
+                self.conversations().put(id.to_string(), c);
+                Err(err(
+                    ErrorCode::InvalidField,
+                    format!(
+                        "conversation `{id}` belongs to camera `{camera}`, not `{}`",
+                        cam.camera
+                    ),
+                ))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Where the prompt starts: a conversation, the live cache, or nothing (system turn), and
+    /// the frames to add after it.
+    fn start(
+        &self,
+        generator: &Generator,
+        snap: &MemorySnapshot,
+        previous: Option<&conversation::Conversation>,
+        newest: &MemoryFrame,
+        window: Duration,
+    ) -> Result<Start, QueryError> {
+        let mut prompt = StreamPrompt::default();
+        if let Some(conv) = previous {
+            prompt.tokens = conv.unfed.clone();
+            prompt.head.push(conv.turn_close());
+            prompt.frames = snap
+                .frames
+                .iter()
+                .filter(|f| f.seq > conv.last_seq)
+                .cloned()
+                .collect();
+            return Ok(Start {
+                prompt,
+                base: conv.cache.fork(),
+                forked: false,
+                first: Some(conv.first_pts),
+                frames_before: conv.frames,
+                visual_before: conv.visual_tokens,
+                turn: conv.turns + 1,
+            });
+        }
+        // Older footage in the cache is tolerated up to the slack's share of what was asked: a
+        // short window is built from memory instead of forking a long cache.
+        let t_start = newest.pts.saturating_sub(window);
+        let slack = Duration::from_secs_f64(self.inner.slack * window.as_secs_f64());
+        let live = snap
+            .live
+            .as_ref()
+            .filter(|l| l.span.is_some_and(|(start, _)| start + slack >= t_start));
+        if let Some(l) = live {
+            prompt.frames = snap
+                .frames
+                .iter()
+                .filter(|f| l.last_seq.is_none_or(|s| f.seq > s))
+                .cloned()
+                .collect();
+            return Ok(Start {
+                prompt,
+                base: l.cache.fork(),
+                forked: true,
+                first: l.span.map(|s| s.0),
+                frames_before: l.frames,
+                visual_before: l.visual_tokens,
+                turn: 1,
+            });
+        }
+        prompt.head.push(render::videollama3_stream_prefix(
+            self.inner.system.as_deref(),
+        ));
+        let in_window = |f: &MemoryFrame| newest.pts.saturating_sub(f.pts) < window;
+        prompt.frames = fit_budget(
+            snap.frames
+                .iter()
+                .filter(|f| in_window(f))
+                .cloned()
+                .collect(),
+            self.inner.budget,
+        );
+        Ok(Start {
+            prompt,
+            base: generator.empty_cache().map_err(internal)?,
+            forked: false,
+            first: None,
+            frames_before: 0,
+            visual_before: 0,
+            turn: 1,
+        })
+    }
+
+    /// Prefills the prompt on its base and decodes the answer, streaming it to `on_delta`;
+    /// returns the generation and the time to its first token.
+    fn generate(
+        &self,
+        generator: &Generator,
+        start: &Start,
+        max_tokens: u32,
+        req: &ValidQuery,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<(Generation, Option<Duration>), QueryError> {
+        let hidden = generator.engines().decoder().hidden();
+        let prompt = start.prompt.prompt(hidden).map_err(internal)?;
         let opts = GenerateOptions {
             max_new_tokens: max_tokens as usize,
             ..GenerateOptions::default()
         };
-        let d = match generator.start(&base, &prompt, &opts) {
+        let d = match generator.start(&start.base, &prompt, &opts) {
             Ok(d) => d,
             Err(GenerateError::ContextFull { cached, new, max }) => {
                 return Err(err(
@@ -550,7 +635,7 @@ impl QueryService {
             }
             Err(e) => return Err(internal(e)),
         };
-        let run = d.run(&inner.cancel, on_delta).map_err(internal)?;
+        let run = d.run(&self.inner.cancel, on_delta).map_err(internal)?;
         if run.cut {
             // Cut by shutdown: a partial text must not pass for a finished answer.
             return Err(err(
@@ -564,44 +649,26 @@ impl QueryService {
         let first_token = run
             .first_token_at
             .map(|t| t.saturating_duration_since(req.received()));
-        let g = run.generation;
-        let total = req.received().elapsed();
-        let finish = match g.stop {
-            StopReason::EndOfTurn(_) => FinishReason::Stop,
-            StopReason::TokenLimit | StopReason::ContextFull => FinishReason::MaxTokens,
-        };
-        let report = AnswerReport {
-            text: g.text.clone(),
-            finish,
-            window: (first, last),
-            frames,
-            visual_tokens,
-            prompt_tokens: base.len() + g.prompt_tokens,
-            generated_tokens: g.tokens.len(),
-            first_token: first_token.unwrap_or(total),
-            total,
-            forked,
-            turn,
-        };
-        if let Some(id) = &conversation {
-            self.conversations().put(
-                id.clone(),
-                conversation::Conversation {
-                    camera: cam.camera.clone(),
-                    ended: matches!(g.stop, StopReason::EndOfTurn(_)),
-                    cache: g.cache,
-                    unfed: g.unfed,
-                    last_seq,
-                    first_pts: first,
-                    frames,
-                    visual_tokens,
-                    turns: turn,
-                    last_used: Instant::now(),
-                },
-            );
-        }
-        Ok(report)
+        Ok((run.generation, first_token))
     }
+}
+
+/// Where an answer's prompt starts and what it adds.
+struct Start {
+    /// Frames and text after `base`.
+    prompt: StreamPrompt,
+    /// The cache it continues (a fork: the source is not changed).
+    base: KvCache,
+    /// `base` is the camera's live cache.
+    forked: bool,
+    /// Stream time of the first frame in `base`, if it has frames.
+    first: Option<Duration>,
+    /// Frames in `base`.
+    frames_before: usize,
+    /// Visual tokens in `base`.
+    visual_before: usize,
+    /// Turn number in its conversation.
+    turn: u32,
 }
 
 /// The newest frames that fit in `budget` positions (visual tokens plus a margin per item).

@@ -177,6 +177,42 @@ pub fn validate(
     cameras: &CameraDirectory,
 ) -> Result<(String, ValidQuery), Rejection> {
     let oversized = payload.len() > limits.max_bytes;
+    let value = parse_object(payload, limits)?;
+    let obj = value.as_object().expect("parse_object returns an object");
+    let id = reply_id(obj)?;
+    let fail = |error: QueryError| reject(Some(id.clone()), None, error);
+    if oversized {
+        return Err(fail(too_large(payload.len(), limits)));
+    }
+    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(fail(QueryError::new(
+            ErrorCode::InvalidField,
+            format!(
+                "unknown field `{}` (known: {})",
+                truncate(unknown, 64),
+                FIELDS.join(", ")
+            ),
+        )));
+    }
+    let fields = query_fields(obj, limits).map_err(&fail)?;
+    checked(
+        camera,
+        fields.question,
+        fields.window_secs,
+        fields.max_tokens,
+        fields.conversation,
+        received,
+        limits,
+        cameras,
+    )
+    .map(|q| (id.clone(), q))
+    .map_err(fail)
+}
+
+/// The payload as a JSON object, or why it is not one (no id known yet: the reply goes to the
+/// errors topic).
+fn parse_object(payload: &[u8], limits: &QueryLimits) -> Result<serde_json::Value, Rejection> {
+    let oversized = payload.len() > limits.max_bytes;
     if payload.len() > PARSE_FOR_ID_LIMIT {
         return Err(reject(None, None, too_large(payload.len(), limits)));
     }
@@ -206,7 +242,7 @@ pub fn validate(
         };
         reject(None, None, err)
     })?;
-    let Some(obj) = value.as_object() else {
+    if !value.is_object() {
         return Err(reject(
             None,
             None,
@@ -219,67 +255,66 @@ pub fn validate(
             ),
         ));
     };
+    Ok(value)
+}
 
-    let id = match obj.get("id") {
-        None => {
-            return Err(reject(
-                None,
-                None,
-                QueryError::new(
-                    ErrorCode::MissingField,
-                    "`id` is required (1-64 characters of A-Z, a-z, 0-9, `_`, `-`, `.`); answers go to <prefix>/<camera>/answer/<id>",
-                ),
-            ));
-        }
-        Some(serde_json::Value::String(s)) if valid_id(s) => s.clone(),
-        Some(serde_json::Value::String(s)) => {
-            return Err(reject(
-                None,
-                Some(s.chars().take(64).collect()),
-                QueryError::new(
-                    ErrorCode::InvalidField,
-                    "`id` must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.` (it becomes a topic level)",
-                ),
-            ));
-        }
-        Some(other) => {
-            return Err(reject(
-                None,
-                None,
-                QueryError::new(
-                    ErrorCode::InvalidField,
-                    format!("`id` must be a string, got {}", json_type(other)),
-                ),
-            ));
-        }
-    };
-    let fail = |error: QueryError| reject(Some(id.clone()), None, error);
-    if oversized {
-        return Err(fail(too_large(payload.len(), limits)));
-    }
-    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(fail(QueryError::new(
-            ErrorCode::InvalidField,
-            format!(
-                "unknown field `{}` (known: {})",
-                truncate(unknown, 64),
-                FIELDS.join(", ")
+/// The query's `id`: where its answer goes.
+fn reply_id(obj: &serde_json::Map<String, serde_json::Value>) -> Result<String, Rejection> {
+    match obj.get("id") {
+        None => Err(reject(
+            None,
+            None,
+            QueryError::new(
+                ErrorCode::MissingField,
+                "`id` is required (1-64 characters of A-Z, a-z, 0-9, `_`, `-`, `.`); answers go to <prefix>/<camera>/answer/<id>",
             ),
-        )));
+        )),
+        Some(serde_json::Value::String(s)) if valid_id(s) => Ok(s.clone()),
+        Some(serde_json::Value::String(s)) => Err(reject(
+            None,
+            Some(s.chars().take(64).collect()),
+            QueryError::new(
+                ErrorCode::InvalidField,
+                "`id` must be 1-64 characters of A-Z, a-z, 0-9, `_`, `-` or `.` (it becomes a topic level)",
+            ),
+        )),
+        Some(other) => Err(reject(
+            None,
+            None,
+            QueryError::new(
+                ErrorCode::InvalidField,
+                format!("`id` must be a string, got {}", json_type(other)),
+            ),
+        )),
     }
+}
+
+/// The typed fields of a query object, before the checks every question passes.
+struct Fields<'a> {
+    question: &'a str,
+    window_secs: Option<f64>,
+    max_tokens: Option<u32>,
+    conversation: Option<String>,
+}
+
+/// Reads `question`, `window_secs`, `max_tokens` and `conversation` with their JSON types.
+fn query_fields<'a>(
+    obj: &'a serde_json::Map<String, serde_json::Value>,
+    limits: &QueryLimits,
+) -> Result<Fields<'a>, QueryError> {
     let question = match obj.get("question") {
         None => {
-            return Err(fail(QueryError::new(
+            return Err(QueryError::new(
                 ErrorCode::MissingField,
                 "`question` is required",
-            )));
+            ));
         }
         Some(serde_json::Value::String(q)) => q.trim(),
         Some(other) => {
-            return Err(fail(QueryError::new(
+            return Err(QueryError::new(
                 ErrorCode::InvalidField,
                 format!("`question` must be a string, got {}", json_type(other)),
-            )));
+            ));
         }
     };
     let window_secs = match obj.get("window_secs") {
@@ -287,43 +322,37 @@ pub fn validate(
         Some(serde_json::Value::Number(n)) => match n.as_f64() {
             Some(w) if w.is_finite() && w > 0.0 => Some(w),
             _ => {
-                return Err(fail(QueryError::new(
+                return Err(QueryError::new(
                     ErrorCode::InvalidField,
                     format!("`window_secs` must be a number > 0, got {n}"),
-                )));
+                ));
             }
         },
         Some(other) => {
-            return Err(fail(QueryError::new(
+            return Err(QueryError::new(
                 ErrorCode::InvalidField,
                 format!("`window_secs` must be a number, got {}", json_type(other)),
-            )));
+            ));
         }
     };
     let max_tokens = match obj.get("max_tokens") {
         None | Some(serde_json::Value::Null) => None,
         Some(v) => match v.as_u64() {
             Some(n) if (1..=u64::from(limits.max_tokens)).contains(&n) => Some(n as u32),
-            _ => return Err(fail(bad_max_tokens(limits, &v.to_string()))),
+            _ => return Err(bad_max_tokens(limits, &v.to_string())),
         },
     };
     let conversation = match obj.get("conversation") {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(c)) if valid_id(c) => Some(c.clone()),
-        Some(other) => return Err(fail(bad_conversation(&other.to_string()))),
+        Some(other) => return Err(bad_conversation(&other.to_string())),
     };
-    checked(
-        camera,
+    Ok(Fields {
         question,
         window_secs,
         max_tokens,
         conversation,
-        received,
-        limits,
-        cameras,
-    )
-    .map(|q| (id.clone(), q))
-    .map_err(fail)
+    })
 }
 
 /// The checks every question passes, whatever it came through.

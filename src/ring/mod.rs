@@ -11,8 +11,6 @@ mod window;
 pub use sampler::{SampleDecision, Sampler};
 pub use window::{Window, WindowInfo};
 
-use crate::prune::Decision;
-
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -142,19 +140,6 @@ impl CounterSnapshot {
             1.0
         } else {
             self.tokens_kept as f64 / self.tokens_total as f64
-        }
-    }
-}
-
-impl TokenMask {
-    /// Copies a pruner decision (the pruner reuses its buffers for the next frame).
-    pub fn from_decision(d: &Decision) -> Self {
-        TokenMask {
-            keep: d.keep().into(),
-            kept: d.kept(),
-            key_frame: d.key_frame(),
-            identical: d.identical(),
-            threshold: d.threshold_used(),
         }
     }
 }

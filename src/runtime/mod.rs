@@ -312,7 +312,12 @@ impl Control {
         };
         let line = report::model_state(&loaded);
         self.reports.send_modify(|s| s.model = line);
-        let mut watches = Watches::new(&self.config, loaded, self.outputs.clone());
+        let mut watches = Watches::new(
+            &self.config,
+            loaded,
+            self.outputs.clone(),
+            self.clock.clone(),
+        );
         watches.sync(&self.supervisor).await;
         let _ = self.memories.send(watches.memories());
         let _ = self.service.send(Some(watches.service().clone()));

@@ -1,6 +1,7 @@
 //! The model side of a running runtime: loads the model, keeps one watch worker per running camera
 //! in step with the supervisor (reloads included), and the question service on their memories.
 
+use crate::base::Clock;
 use crate::config::Config;
 use crate::engine::{EngineOptions, Engines, Family};
 use crate::generate::Generator;
@@ -59,18 +60,20 @@ impl Watches {
         config: &Config,
         model: Result<(Arc<Engines>, usize), String>,
         outputs: Outputs,
+        clock: Clock,
     ) -> Watches {
         let (generator, budget) = match model {
             Ok((engines, budget)) => (Generator::new(engines), budget),
             Err(reason) => {
                 tracing::error!(reason = %reason, "No model: cameras are ingested and pruned, but nothing narrates or answers");
-                let service = QueryService::new(
+                let service = QueryService::new_with_clock(
                     Err(reason),
                     config.query.clone(),
                     limits(config),
                     None,
                     0,
                     0.0,
+                    clock.clone(),
                 );
                 return Watches {
                     generator: None,
@@ -89,13 +92,14 @@ impl Watches {
             Some(default.clone())
         });
         let slack = config.memory.rebuild_slack;
-        let service = QueryService::new(
+        let service = QueryService::new_with_clock(
             Ok(generator.clone()),
             config.query.clone(),
             limits(config),
             system.clone(),
             budget,
             slack,
+            clock,
         );
         Watches {
             generator: Some(generator),

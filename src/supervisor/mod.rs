@@ -12,8 +12,8 @@ pub use report::{CameraReport, RateMeter};
 use crate::base::{Backoff, Clock};
 use crate::config::{CameraConfig, Config, VisionConfig};
 use crate::ingest::{CameraShared, IngestError, Session, SessionEvent};
-use crate::prune::Pruner;
-use crate::ring::{Frame, TokenMask, Window};
+use crate::prune::CameraPrune;
+use crate::ring::Window;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -294,8 +294,7 @@ fn spawn_camera(cfg: CameraConfig, vision: VisionConfig, clock: Clock) -> Camera
     }
     let tx = Arc::new(tx);
     let camera = CameraTask {
-        pruner: None,
-        prune_failed: None,
+        prune: CameraPrune::new(&view.config.id, view.config.prune),
         cfg: view.config.clone(),
         vision,
         shared: view.shared.clone(),
@@ -336,10 +335,8 @@ enum Outcome {
 }
 
 struct CameraTask {
-    /// DiffFP state, created when the first frame shows the geometry.
-    pruner: Option<Pruner>,
-    /// Why pruning is off for this camera, once it failed (logged once).
-    prune_failed: Option<String>,
+    /// DiffFP, applied to every sampled frame before it enters the window.
+    prune: CameraPrune,
     cfg: CameraConfig,
     vision: VisionConfig,
     shared: Arc<CameraShared>,
@@ -431,44 +428,9 @@ impl CameraTask {
         }
     }
 
-    /// DiffFP on a sampled frame, against the previous sampled frame of the camera.
-    fn prune(&mut self, frame: &Frame) -> Option<TokenMask> {
-        let (w, h) = (frame.width as usize, frame.height as usize);
-        let fits = |p: &Pruner| p.geometry().width() == w && p.geometry().height() == h;
-        if !self.pruner.as_ref().is_some_and(fits) {
-            match Pruner::new(w, h, self.cfg.prune) {
-                Ok(p) => self.pruner = Some(p),
-                Err(e) => {
-                    self.prune_off(format!("pruner for {w}x{h}: {e}"));
-                    return None;
-                }
-            }
-        }
-        let decision = match self.pruner.as_mut()?.push(&frame.rgb, w * 3) {
-            Ok(d) => d,
-            Err(e) => {
-                self.prune_off(e.to_string());
-                return None;
-            }
-        };
-        let mask = TokenMask::from_decision(decision);
-        self.shared.counters.record_prune(&mask);
-        Some(mask)
-    }
-
-    fn prune_off(&mut self, why: String) {
-        if self.prune_failed.is_none() {
-            tracing::error!(camera = %self.cfg.id, reason = %why, "DiffFP cannot run; frames keep every token");
-        }
-        self.prune_failed = Some(why);
-    }
-
     async fn run_once(&mut self) -> Outcome {
         self.shared.beat();
-        // After a restart the previous frame is from before the outage: start from a key frame.
-        if let Some(p) = &mut self.pruner {
-            p.reset();
-        }
+        self.prune.reset();
         self.status.send_modify(|s| {
             s.state = CameraState::Starting;
             s.since = self.clock.now();
@@ -495,7 +457,7 @@ impl CameraTask {
                 event = session.next_event() => match event {
                     SessionEvent::FramesReady => {
                         while let Some(mut frame) = session.pop_frame() {
-                            frame.tokens = self.prune(&frame);
+                            frame.tokens = self.prune.apply(&frame, &self.shared.counters);
                             self.window.push(Arc::new(frame));
                         }
                         if !running {

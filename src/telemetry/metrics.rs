@@ -22,7 +22,7 @@ const MAX_REQUEST: usize = 8 * 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Renders every camera's counters and gauges in the Prometheus text format.
-pub fn render(views: &[CameraView]) -> String {
+pub fn render_cameras(views: &[CameraView]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -362,7 +362,7 @@ impl Sources {
 
     /// The whole page.
     pub fn render(&self) -> String {
-        let mut body = render(&self.views.borrow());
+        let mut body = render_cameras(&self.views.borrow());
         if let Some(p) = &self.publisher {
             body.push_str(&render_publish(&p.stats()));
         }
@@ -694,7 +694,7 @@ mod tests {
 
     #[test]
     fn the_other_pages_and_histograms_pass_the_same_format_check() {
-        assert_prometheus_text(&render(&[]));
+        assert_prometheus_text(&render_cameras(&[]));
         assert_prometheus_text(&render_publish(&PublishStats::default()));
         let h = crate::base::Histogram::latency();
         h.observe(Duration::from_millis(30));

@@ -206,7 +206,7 @@ impl Received {
 }
 
 /// A subscriber on its own task (plain rumqttc 3.1.1, QoS 1) that records every message.
-pub struct Watcher {
+pub struct Subscriber {
     got: Arc<Mutex<Vec<Received>>>,
     subscribed: Arc<AtomicBool>,
     disconnects: Arc<std::sync::atomic::AtomicU64>,
@@ -214,14 +214,14 @@ pub struct Watcher {
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Watcher {
+impl Subscriber {
     /// Connects to `127.0.0.1:port` and subscribes to `filters`; returns once subscribed.
-    pub async fn start(port: u16, filters: &[&str]) -> Watcher {
-        Watcher::start_as(port, filters, None).await
+    pub async fn start(port: u16, filters: &[&str]) -> Subscriber {
+        Subscriber::start_as(port, filters, None).await
     }
 
     /// Same with a login.
-    pub async fn start_as(port: u16, filters: &[&str], login: Option<(&str, &str)>) -> Watcher {
+    pub async fn start_as(port: u16, filters: &[&str], login: Option<(&str, &str)>) -> Subscriber {
         let id = format!("watcher-{}-{}", std::process::id(), free_port());
         let mut opts = rumqttc::MqttOptions::new(id, "127.0.0.1", port);
         opts.set_keep_alive(Duration::from_secs(5))
@@ -268,7 +268,7 @@ impl Watcher {
                 }
             }
         });
-        let w = Watcher {
+        let w = Subscriber {
             got,
             subscribed,
             disconnects,
@@ -331,7 +331,7 @@ impl Watcher {
     }
 }
 
-impl Drop for Watcher {
+impl Drop for Subscriber {
     fn drop(&mut self) {
         self.task.abort();
     }

@@ -6,9 +6,9 @@ use super::error::PruneError;
 /// and covers any ViT patch/merge in use (28 for VideoLLaMA3).
 pub const MAX_BLOCK: usize = 256;
 
-/// Geometry of one camera's frames and of their token blocks (`block = patch * merge` pixels).
+/// BlockGrid of one camera's frames and of their token blocks (`block = patch * merge` pixels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
+pub struct BlockGrid {
     width: usize,
     height: usize,
     block: usize,
@@ -16,8 +16,8 @@ pub struct Geometry {
     cols: usize,
 }
 
-impl Geometry {
-    /// Geometry of `width x height` RGB24 frames cut into `patch * merge` pixel blocks.
+impl BlockGrid {
+    /// BlockGrid of `width x height` RGB24 frames cut into `patch * merge` pixel blocks.
     pub fn new(
         width: usize,
         height: usize,
@@ -52,7 +52,7 @@ impl Geometry {
         if !fits {
             return Err(PruneError::FrameTooLarge { width, height });
         }
-        Ok(Geometry {
+        Ok(BlockGrid {
             width,
             height,
             block,
