@@ -147,3 +147,31 @@ fn sighup_with_an_invalid_file_keeps_the_running_configuration() {
     assert_eq!(a_stops, 2, "only the final shutdown stops a and b:\n{log}");
     assert!(log.contains("b: running"), "{log}");
 }
+
+/// Backoff runs on tokio's clock: under `tokio::time::pause` a camera that keeps failing is
+/// retried after delays that add up to minutes of (virtual) time while the test takes seconds, and
+/// each delay is at least half its exponential step (equal jitter), so the retries spread out.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn retries_wait_out_the_backoff_on_tokios_clock() {
+    let port = common::closed_port();
+    let sup = Supervisor::start(&config(&format!(
+        "[[cameras]]\nid = \"gone\"\nuri = \"rtsp://127.0.0.1:{port}/cam\"\n\
+         retry_initial_secs = 20\nretry_max_secs = 80\nconnect_timeout_secs = 5\n"
+    )));
+    let cam = sup.camera("gone").unwrap();
+    let started = tokio::time::Instant::now();
+    // A real-time bound (wait_until's deadline is std time); virtual time runs ahead meanwhile.
+    assert!(
+        wait_until(Duration::from_secs(60), || cam.status().restarts >= 4).await,
+        "restarts: {}",
+        cam.status().restarts
+    );
+    let waited = started.elapsed();
+    // Three full delays at least: >= 10 + 20 + 40 s (half of 20, 40, 80 s).
+    assert!(
+        waited >= Duration::from_secs(70),
+        "4 restarts after only {waited:?} of tokio time: the backoff did not wait"
+    );
+    assert_ne!(cam.status().state, CameraState::Running);
+    sup.shutdown(Duration::from_secs(10)).await;
+}

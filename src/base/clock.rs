@@ -3,7 +3,7 @@
 //! [`Clock::system`] reads tokio's clock: in production that is the monotonic clock, and in a test
 //! under `tokio::time::pause` it is the paused one, which jumps to the next timer when every task is
 //! idle, so a 30 s backoff or a 10 s hold takes no real time. [`Clock::manual`] is moved only by
-//! [`Clock::advance`], for code that runs outside tokio (the memory workers' threads, a
+//! [`Clock::advance`], for code that runs outside tokio (the watch workers' threads, a
 //! conversation table).
 
 use std::sync::{Arc, Mutex};

@@ -14,7 +14,7 @@ pub struct Window {
     span: Duration,
     capacity: usize,
     inner: Mutex<VecDeque<Arc<Frame>>>,
-    /// Signalled on every push, for readers that follow the window (the memory worker).
+    /// Signalled on every push, for readers that follow the window (the watch worker).
     pushed: Condvar,
 }
 

@@ -130,7 +130,7 @@ impl Watches {
         v
     }
 
-    /// Starts, restarts or stops memory workers so that each running camera has one on its
+    /// Starts, restarts or stops watch workers so that each running camera has one on its
     /// current window.
     pub(super) async fn sync(&mut self, supervisor: &Supervisor) {
         let mut stale: Vec<WatchWorker> = Vec::new();

@@ -410,7 +410,7 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
         (
             "edgevlm_memory_errors_total",
             "counter",
-            "Encoder or prefill failures in the memory worker.",
+            "Encoder or prefill failures in the watch worker.",
             |s| &s.errors,
         ),
         (

@@ -59,7 +59,7 @@ pub struct WatchOptions {
     pub poll: Duration,
 }
 
-/// A running memory worker.
+/// A running watch worker: one camera's [`CameraWatch`] on its own thread.
 #[derive(Debug)]
 pub struct WatchWorker {
     memory: Arc<CameraMemory>,
@@ -69,7 +69,7 @@ pub struct WatchWorker {
 }
 
 impl WatchWorker {
-    /// Starts following `window` on a thread named `memory-<camera>`.
+    /// Starts following `window` on a thread named `watch-<camera>`.
     pub fn start(
         generator: Generator,
         window: Arc<Window>,
@@ -79,7 +79,7 @@ impl WatchWorker {
     ) -> std::io::Result<WatchWorker> {
         let state = CameraWatch::new(generator, memory.clone(), opts, outputs);
         let stop = state.stop.clone();
-        let name = format!("memory-{}", memory.camera);
+        let name = format!("watch-{}", memory.camera);
         let follow = window.clone();
         let thread = std::thread::Builder::new()
             .name(name.chars().take(15).collect())
@@ -207,14 +207,14 @@ impl CameraWatch {
 
     /// Follows `window` until stopped.
     fn follow(mut self, window: &Window) {
-        tracing::debug!(camera = %self.memory.camera, "Memory worker started");
+        tracing::debug!(camera = %self.memory.camera, "Watch worker started");
         while !self.stop.load(Ordering::Relaxed) {
             let frames = window.wait_newer_than(self.last_seq, self.opts.poll);
             if !frames.is_empty() {
                 self.step(&frames);
             }
         }
-        tracing::debug!(camera = %self.memory.camera, "Memory worker stopped");
+        tracing::debug!(camera = %self.memory.camera, "Watch worker stopped");
     }
 
     /// Processes new frames (oldest first): encode, memory, live cache, triggers, at most one
@@ -232,7 +232,7 @@ impl CameraWatch {
         let round = std::panic::catch_unwind(AssertUnwindSafe(|| self.round(frames)));
         if round.is_err() {
             WatchStats::bump(&self.stats().errors);
-            tracing::error!(camera = %self.memory.camera, "Memory worker round crashed; live cache reset");
+            tracing::error!(camera = %self.memory.camera, "Watch worker round crashed; live cache reset");
             self.live = None;
             self.encoder.reset();
             self.last_seq = frames.last().map(|f| f.seq);
