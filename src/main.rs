@@ -29,35 +29,7 @@ enum Command {
         config: PathBuf,
     },
     /// DiffFP masks of a clip, one JSON line per frame (inspection and parity checks).
-    Prune {
-        /// Consecutive packed RGB24 frames of --width x --height.
-        #[arg(long, conflicts_with = "uri", required_unless_present = "uri")]
-        raw: Option<PathBuf>,
-        /// A video source instead (rtsp://, file://, test://, …), ingested at the model geometry.
-        #[arg(long)]
-        uri: Option<String>,
-        /// Frame width (multiple of 28); with --uri, default from the source.
-        #[arg(long)]
-        width: Option<u32>,
-        /// Frame height (multiple of 28).
-        #[arg(long)]
-        height: Option<u32>,
-        /// reference (VideoLLaMA3, default), adaptive (ours) or off.
-        #[arg(long, default_value = "reference")]
-        mode: String,
-        /// Threshold on 255 * mean |diff| of normalised values.
-        #[arg(long, default_value_t = 0.1)]
-        threshold: f32,
-        /// Tokens kept per frame at least.
-        #[arg(long, default_value_t = 1)]
-        min_tokens: usize,
-        /// With --uri: sampling rate.
-        #[arg(long, default_value_t = 1.0)]
-        sample_fps: f64,
-        /// With --uri: frames to prune.
-        #[arg(long, default_value_t = 10)]
-        frames: usize,
-    },
+    Prune(PruneArgs),
     /// Print a one-screen summary of a running instance (through its control socket).
     Status {
         /// Configuration of the running instance (to find its control socket).
@@ -81,40 +53,7 @@ enum Command {
         file: PathBuf,
     },
     /// Attach to one source and print one line per sampled frame.
-    Probe {
-        /// rtsp://, file://, v4l2://, test:// or a file path (no credentials in the URL).
-        uri: String,
-        /// Sampling rate.
-        #[arg(long, default_value_t = 1.0)]
-        sample_fps: f64,
-        /// Frames to print before exiting.
-        #[arg(long, default_value_t = 5)]
-        frames: usize,
-        /// Model width (multiple of 28); default: chosen from the source by the reference rule.
-        #[arg(long, requires = "height")]
-        width: Option<u32>,
-        /// Model height (multiple of 28).
-        #[arg(long, requires = "width")]
-        height: Option<u32>,
-        /// Print JSON lines instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Seconds allowed until the first frame.
-        #[arg(long, default_value_t = 10.0)]
-        timeout_secs: f64,
-        /// Pipeline template (default: from the URI scheme).
-        #[arg(long)]
-        pipeline: Option<String>,
-        /// RTSP user name.
-        #[arg(long)]
-        username: Option<String>,
-        /// Environment variable that holds the RTSP password.
-        #[arg(long, requires = "username", conflicts_with = "password_file")]
-        password_env: Option<String>,
-        /// File that holds the RTSP password.
-        #[arg(long, requires = "username")]
-        password_file: Option<PathBuf>,
-    },
+    Probe(ProbeArgs),
     /// Print a rendered prompt with one placeholder per kept token (inspection and parity checks).
     ///
     /// videollama3 and tiny: `<image>` per kept token, offline (`Time 0.0s:` per frame) or stream
@@ -187,27 +126,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { file } => validate(&file),
         Command::Ask(args) => cli::ask::ask(args),
-        Command::Prune {
-            raw,
-            uri,
-            width,
-            height,
-            mode,
-            threshold,
-            min_tokens,
-            sample_fps,
-            frames,
-        } => prune(PruneArgs {
-            raw,
-            uri,
-            width,
-            height,
-            mode,
-            threshold,
-            min_tokens,
-            sample_fps,
-            frames,
-        }),
+        Command::Prune(args) => prune(args),
         Command::Status {
             config,
             socket,
@@ -222,30 +141,9 @@ fn main() -> ExitCode {
             })),
             None => ExitCode::from(2),
         },
-        Command::Probe {
-            uri,
-            sample_fps,
-            frames,
-            width,
-            height,
-            json,
-            timeout_secs,
-            pipeline,
-            username,
-            password_env,
-            password_file,
-        } => {
-            let cam = match probe_camera(ProbeArgs {
-                uri,
-                sample_fps,
-                width,
-                height,
-                timeout_secs,
-                pipeline,
-                username,
-                password_env,
-                password_file,
-            }) {
+        Command::Probe(args) => {
+            let (frames, json) = (args.frames, args.json);
+            let cam = match probe_camera(args) {
                 Ok(cam) => cam,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -290,15 +188,34 @@ fn main() -> ExitCode {
 }
 
 /// `edgevlm prune`'s arguments.
+#[derive(clap::Args)]
 struct PruneArgs {
+    /// Consecutive packed RGB24 frames of --width x --height.
+    #[arg(long, conflicts_with = "uri", required_unless_present = "uri")]
     raw: Option<PathBuf>,
+    /// A video source instead (rtsp://, file://, test://, …), ingested at the model geometry.
+    #[arg(long)]
     uri: Option<String>,
+    /// Frame width (multiple of 28); with --uri, default from the source.
+    #[arg(long)]
     width: Option<u32>,
+    /// Frame height (multiple of 28).
+    #[arg(long)]
     height: Option<u32>,
+    /// reference (VideoLLaMA3, default), adaptive (ours) or off.
+    #[arg(long, default_value = "reference")]
     mode: String,
+    /// Threshold on 255 * mean |diff| of normalised values.
+    #[arg(long, default_value_t = 0.1)]
     threshold: f32,
+    /// Tokens kept per frame at least.
+    #[arg(long, default_value_t = 1)]
     min_tokens: usize,
+    /// With --uri: sampling rate.
+    #[arg(long, default_value_t = 1.0)]
     sample_fps: f64,
+    /// With --uri: frames to prune.
+    #[arg(long, default_value_t = 10)]
     frames: usize,
 }
 
@@ -379,16 +296,40 @@ fn status(config: &std::path::Path, socket: Option<PathBuf>, json: bool) -> Exit
     report(tokio_runtime().and_then(|rt| rt.block_on(cli::status::status(socket, json))))
 }
 
-/// `edgevlm probe`'s source arguments.
+/// `edgevlm probe`'s arguments.
+#[derive(clap::Args)]
 struct ProbeArgs {
+    /// rtsp://, file://, v4l2://, test:// or a file path (no credentials in the URL).
     uri: String,
+    /// Sampling rate.
+    #[arg(long, default_value_t = 1.0)]
     sample_fps: f64,
+    /// Frames to print before exiting.
+    #[arg(long, default_value_t = 5)]
+    frames: usize,
+    /// Model width (multiple of 28); default: chosen from the source by the reference rule.
+    #[arg(long, requires = "height")]
     width: Option<u32>,
+    /// Model height (multiple of 28).
+    #[arg(long, requires = "width")]
     height: Option<u32>,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seconds allowed until the first frame.
+    #[arg(long, default_value_t = 10.0)]
     timeout_secs: f64,
+    /// Pipeline template (default: from the URI scheme).
+    #[arg(long)]
     pipeline: Option<String>,
+    /// RTSP user name.
+    #[arg(long)]
     username: Option<String>,
+    /// Environment variable that holds the RTSP password.
+    #[arg(long, requires = "username", conflicts_with = "password_file")]
     password_env: Option<String>,
+    /// File that holds the RTSP password.
+    #[arg(long, requires = "username")]
     password_file: Option<PathBuf>,
 }
 

@@ -350,20 +350,7 @@ async fn the_run_command_never_logs_a_camera_password() {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if std::time::Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("no exit within 60 s of SIGTERM:\n{}", read(&log_path));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = common::terminate(&mut child, Duration::from_secs(60), || read(&log_path));
         // The run has exited: both files are complete.
         (status, read(&log_path), read(&out_path))
     })

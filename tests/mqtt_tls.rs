@@ -136,16 +136,7 @@ impl Run {
 
     /// One value of its /metrics page; `None` while it does not answer.
     fn metric(&self, name: &str) -> Option<f64> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-        let mut page = String::new();
-        s.read_to_string(&mut page).ok()?;
-        page.lines()
-            .find(|l| l.split(' ').next() == Some(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
+        common::metric(self.metrics_port, name)
     }
 }
 

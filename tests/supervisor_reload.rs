@@ -115,20 +115,7 @@ fn sighup_with_an_invalid_file_keeps_the_running_configuration() {
         l.split_once("Configuration reloaded")
             .is_some_and(|(_, after)| after.contains("b: running"))
     });
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no exit within 60 s of SIGTERM:\n{}", read_log());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = common::terminate(&mut child, Duration::from_secs(60), read_log);
     // The run has exited: its log is complete.
     let log = read_log();
     let _ = std::fs::remove_dir_all(&dir);

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::edgevlm;
+use common::{edgevlm, metric};
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
@@ -419,20 +419,6 @@ fn metrics_port(cfg: &std::path::Path) -> u16 {
     let text = std::fs::read_to_string(cfg).unwrap();
     let (_, rest) = text.split_once("metrics_listen = \"127.0.0.1:").unwrap();
     rest.split('"').next().unwrap().parse().unwrap()
-}
-
-/// One value on the run's /metrics page; `None` while it does not answer or lacks it.
-fn metric(port: u16, name: &str) -> Option<f64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut page = String::new();
-    s.read_to_string(&mut page).ok()?;
-    page.lines()
-        .find(|l| l.split(' ').next() == Some(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// `edgevlm status` until it shows camera `porch` running (60 s at most; the last answer

@@ -11,7 +11,7 @@ use super::outbox::{Class, Message};
 use super::payload::{ErrorNotice, ErrorReply, unix_now};
 use super::publisher::{QueryRequest, ReplyTo, Shared, lock};
 use super::wire::{Incoming, WireClient, WireEvent, WireLoop};
-use crate::base::Backoff;
+use crate::base::{Backoff, Clock};
 use crate::query::{ErrorCode, QueryError};
 use crate::query::{Rejection, validate};
 use std::collections::{HashMap, VecDeque};
@@ -98,6 +98,8 @@ pub(crate) struct Controller {
     pub connected: bool,
     pub warned_mismatch: bool,
     pub was_connected: bool,
+    /// Timestamps questions on arrival.
+    pub clock: Clock,
 }
 
 impl Controller {
@@ -326,7 +328,13 @@ impl Controller {
         };
         let result = {
             let cameras = lock(&shared.cameras);
-            validate(camera, &m.payload, Instant::now(), &shared.limits, &cameras)
+            validate(
+                camera,
+                &m.payload,
+                self.clock.now(),
+                &shared.limits,
+                &cameras,
+            )
         };
         let reply_for = |id: &str| ReplyTo {
             id: id.to_string(),

@@ -25,7 +25,7 @@ pub use tls::client_config as tls_client_config;
 pub use topics::Topics;
 pub use wire::ConnectOptions;
 
-use crate::base::Backoff;
+use crate::base::{Backoff, Clock};
 use crate::config::{BrokerChoice, MqttConfig, MqttProtocol, Secret};
 use crate::query::{CameraDirectory, MAX_TOKENS_LIMIT, QueryLimits};
 use std::sync::Arc;
@@ -161,6 +161,9 @@ pub struct StartOptions {
     pub connect_timeout: Duration,
     /// At shutdown, time allowed to flush the outbox and publish `offline`.
     pub flush_bound: Duration,
+    /// The clock questions are timestamped with on arrival (the hold while the model loads and
+    /// time to first token count from it).
+    pub clock: Clock,
 }
 
 impl Default for StartOptions {
@@ -168,6 +171,7 @@ impl Default for StartOptions {
         StartOptions {
             connect_timeout: Duration::from_secs(5),
             flush_bound: Duration::from_secs(3),
+            clock: Clock::system(),
         }
     }
 }
@@ -236,6 +240,7 @@ pub fn start(
         connected: false,
         warned_mismatch: false,
         was_connected: false,
+        clock: options.clock.clone(),
     };
     tracing::info!(
         broker = %describe,

@@ -114,7 +114,7 @@ impl Runtime {
         ));
         let (reports_tx, reports_rx) = watch::channel(first);
         let (model_tx, model_rx) = watch::channel(ModelStatus::Loading);
-        let mqtt = start_mqtt(&config)?;
+        let mqtt = start_mqtt(&config, &clock)?;
         let publisher = mqtt.as_ref().map(|m| m.0.clone());
         let (engines_tx, engines_rx) = watch::channel(None);
         let (memories_tx, memories_rx) = watch::channel(Vec::new());
@@ -393,7 +393,7 @@ impl Control {
 type Mqtt = (Publisher, mpsc::Receiver<publish::QueryRequest>, Connection);
 
 /// Starts the embedded broker (if configured) and the publisher.
-fn start_mqtt(config: &Config) -> anyhow::Result<Option<Mqtt>> {
+fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<Mqtt>> {
     let m = &config.mqtt;
     if !m.enabled {
         tracing::info!("MQTT disabled (mqtt.enabled = false)");
@@ -411,7 +411,10 @@ fn start_mqtt(config: &Config) -> anyhow::Result<Option<Mqtt>> {
         m,
         endpoint,
         CameraDirectory::from_config(config),
-        StartOptions::default(),
+        StartOptions {
+            clock: clock.clone(),
+            ..StartOptions::default()
+        },
     )))
 }
 

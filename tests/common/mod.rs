@@ -30,6 +30,44 @@ pub async fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bo
     }
 }
 
+/// One sample's value on the `/metrics` page served on `port`; `None` while the page does not
+/// answer or lacks the sample.
+pub fn metric(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut page = String::new();
+    s.read_to_string(&mut page).ok()?;
+    page.lines()
+        .find(|l| l.split(' ').next() == Some(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Sends SIGTERM to `child` and waits for it to exit; after `bound` (which only limits a
+/// failure) it is killed and the test fails, showing `context()` (its log).
+pub fn terminate(
+    child: &mut Child,
+    bound: Duration,
+    context: impl Fn() -> String,
+) -> std::process::ExitStatus {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no exit within {bound:?} of SIGTERM:\n{}", context());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The `edgevlm` binary under test.
 pub fn edgevlm() -> Command {
     Command::new(env!("CARGO_BIN_EXE_edgevlm"))
