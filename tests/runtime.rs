@@ -51,6 +51,16 @@ async fn reports_until(
     }
 }
 
+/// The model's state once its load has ended (ready or unavailable).
+async fn model_settled(rt: &edgevlm::runtime::Running) -> ModelStatus {
+    let mut model = rt.model();
+    tokio::time::timeout(BOUND, model.wait_for(|m| *m != ModelStatus::Loading))
+        .await
+        .expect("the model load ends")
+        .expect("the runtime is alive")
+        .clone()
+}
+
 fn running(s: &control::Snapshot, id: &str) -> bool {
     s.cameras
         .iter()
@@ -73,12 +83,7 @@ async fn a_whole_runtime_starts_narrates_reloads_and_shuts_down_in_process() {
         "the control socket is there from the start"
     );
 
-    let mut model = rt.model();
-    let status = tokio::time::timeout(BOUND, model.wait_for(|m| *m != ModelStatus::Loading))
-        .await
-        .expect("the model load ends")
-        .expect("the runtime is alive")
-        .clone();
+    let status = model_settled(&rt).await;
     assert_eq!(status, ModelStatus::Ready);
     let mut reports = rt.reports();
     let snap = reports_until(&mut reports, "camera a running with a memory", |s| {
@@ -142,12 +147,7 @@ async fn without_a_model_the_cameras_run_and_the_model_is_reported_unavailable()
     let rt = Runtime::start(cfg, RuntimeOptions::default())
         .await
         .expect("the runtime starts without its model");
-    let mut model = rt.model();
-    let status = tokio::time::timeout(BOUND, model.wait_for(|m| *m != ModelStatus::Loading))
-        .await
-        .expect("the model load ends")
-        .expect("the runtime is alive")
-        .clone();
+    let status = model_settled(&rt).await;
     let ModelStatus::Unavailable(why) = status else {
         panic!("expected unavailable, got {status:?}");
     };
