@@ -7,6 +7,7 @@ pub mod base;
 pub mod broker;
 pub mod config;
 pub mod engine;
+pub mod eval;
 pub mod generate;
 pub mod ingest;
 pub mod memory;

@@ -47,6 +47,9 @@ enum Command {
     /// Exit status: 0 answered, 1 the runtime replied with an error (its code and message are
     /// printed), 3 no answer in time or the broker is unreachable, 2 bad arguments.
     Ask(cli::ask::AskArgs),
+    /// Score a question set over clips through the runtime, with the video, its centre frame
+    /// only and no frame (Apollo's conditions); prints a table, `--json` writes every answer.
+    Eval(cli::eval::EvalArgs),
     /// Check a configuration file: every problem is reported, one line each; exit 2 if any.
     Validate {
         /// Configuration file.
@@ -122,10 +125,11 @@ struct EngineArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(matches!(cli.command, Command::Eval(_)));
     match cli.command {
         Command::Validate { file } => validate(&file),
         Command::Ask(args) => cli::ask::ask(args),
+        Command::Eval(args) => cli::eval::eval(args),
         Command::Prune(args) => prune(args),
         Command::Status {
             config,
@@ -371,11 +375,17 @@ fn probe_camera(a: ProbeArgs) -> Result<CameraConfig, String> {
     Ok(cam)
 }
 
-fn init_logging() {
+fn init_logging(quiet: bool) {
+    // `eval` runs a runtime per batch of clips: its status lines and camera stops are not news.
+    let default = if quiet {
+        "error,ort=warn,rumqttd=off"
+    } else {
+        "info,ort=warn,rumqttd=off"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // ort's info lines are noise for users; rumqttd (the embedded broker) logs every client
         // disconnect at ERROR. RUST_LOG overrides both (e.g. RUST_LOG=info,rumqttd=info).
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ort=warn,rumqttd=off"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -9,7 +9,7 @@ use edgevlm::generate::Piece;
 use edgevlm::generate::render::{
     ApolloVideo, ClipSlot, ConfigNumber, FrameSlot, Message, RenderError, Role, Segment,
     VIDEOLLAMA3_SYSTEM, apollo, number_words, py_float_str, time_1dp, timedelta_str,
-    videollama3_offline, videollama3_stream,
+    videollama3_offline, videollama3_stream, videollama3_stream_frame,
 };
 use std::path::Path;
 use std::process::Command;
@@ -126,6 +126,38 @@ fn stream_frames_are_items_without_time_text_interleaved_with_messages_by_time()
                     <|stream_start|>stream\n<image>\n<|stream_end|>\n";
     assert_eq!(r.text(), expected);
     assert!(!r.text().contains("Time"));
+}
+
+/// Models trained with stream time (manifest `stream_timestamps`, engines/scenes) get the offline
+/// format's time text at the start of each stream item; the reference's items have none.
+#[test]
+fn stream_items_carry_their_frame_time_only_when_asked() {
+    let plain = videollama3_stream_frame(2, None).unwrap();
+    assert_eq!(
+        plain.text(),
+        "<|stream_start|>stream\n<image><image>\n<|stream_end|>\n"
+    );
+    let timed = videollama3_stream_frame(2, Some(12.25)).unwrap();
+    assert_eq!(
+        timed.text(),
+        "<|stream_start|>stream\nTime 12.2s:<image><image>\n<|stream_end|>\n"
+    );
+    // The time text is template text before the visual span, as in the offline format.
+    assert!(
+        matches!(&timed.segments()[0], Segment::Text(t, SpecialText::Parse) if t.ends_with("Time 12.2s:"))
+    );
+    assert!(matches!(
+        videollama3_stream_frame(1, Some(-1.0)),
+        Err(RenderError::BadTimestamp { .. })
+    ));
+    assert!(matches!(
+        videollama3_stream_frame(1, Some(f64::NAN)),
+        Err(RenderError::BadTimestamp { .. })
+    ));
+    assert!(matches!(
+        videollama3_stream_frame(0, Some(1.0)),
+        Err(RenderError::NothingKept { .. })
+    ));
 }
 
 #[test]

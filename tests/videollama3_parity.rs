@@ -394,7 +394,7 @@ fn prompt_ids_match_the_processor_offline_and_streaming() {
             render::videollama3_stream_prefix(Some(&case.system)).token_ids(tok, st.image);
         for k in &case.kept {
             ids.extend(
-                render::videollama3_stream_frame(*k)
+                render::videollama3_stream_frame(*k, None)
                     .expect("frame")
                     .token_ids(tok, st.image),
             );

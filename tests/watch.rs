@@ -157,7 +157,11 @@ fn the_live_cache_items_render_the_reference_stream_text() {
         .text();
     let mut incremental = render::videollama3_stream_prefix(Some(SYSTEM)).text();
     for f in &frames {
-        incremental.push_str(&render::videollama3_stream_frame(f.kept).unwrap().text());
+        incremental.push_str(
+            &render::videollama3_stream_frame(f.kept, None)
+                .unwrap()
+                .text(),
+        );
     }
     assert_eq!(incremental, full);
     let ask = render::videollama3_stream_ask(Role::User, "What moved?").text();

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 OPSET = 17
-SCRIPT_VERSION = "2"
+SCRIPT_VERSION = "3"
 EXPECTED_ARCH = "VideoLlama3ForConditionalGeneration"
 # Keys transformers' own config classes write; anything else is a checkpoint we have not seen.
 EXTRA_TOP_KEYS = {"architectures", "transformers_version", "dtype", "torch_dtype", "_name_or_path",
@@ -348,6 +348,9 @@ def main() -> None:
                     help="positions the runtime may use (the KV cache grows with it)")
     ap.add_argument("--tolerance", type=float, default=None,
                     help="largest |diff| accepted per unit of max |value| (default 1e-4 fp32, 3e-2 fp16)")
+    ap.add_argument("--stream-timestamps", action="store_true",
+                    help="the checkpoint was trained with its frame's time text in each stream item "
+                         "(`Time 12.0s:`, engines/scenes); the reference's items have none")
     args = ap.parse_args()
     tol = args.tolerance if args.tolerance is not None else (1e-4 if args.dtype == "float32" else 3e-2)
     ckpt: Path = args.checkpoint
@@ -401,15 +404,20 @@ def main() -> None:
             got = vis(norm).reshape(-1, hidden)
             compare(f"vision {w}x{h} x2 frames", got, want, tol)
         # Decoder: the checkpoint's forward over 7 tokens vs ours, in one pass and as 4 + 3.
-        ids7 = torch.tensor([[ids["im_start"], 872, 198, 3838, 374, 7218, 30]])
+        # `<|im_start|>user\nWhat is moving?`: 7 ids with Qwen's vocabulary, as many as the
+        # checkpoint's own tokenizer makes otherwise (the scenes model's is small).
+        ids7 = torch.tensor([[ids["im_start"], *tok.encode("user\nWhat is moving?", add_special_tokens=False)]])
+        if ids7.shape[1] < 5:
+            raise ExportError(f"the tokenizer encodes `user\\nWhat is moving?` in {ids7.shape[1] - 1} ids; the check needs at least 4")
         ref = model(input_ids=ids7, use_cache=False).logits
         e = emb(ids7)
         empty = [torch.zeros(1, kv_heads, 0, head_dim) for _ in range(2 * layers)]
-        one = dec(e, torch.ones(1, 7, dtype=torch.int64), torch.arange(7)[None], *empty)
-        compare("decoder, 7 tokens, empty past", one[0], ref, tol)
+        one = dec(e, torch.ones(1, ids7.shape[1], dtype=torch.int64), torch.arange(ids7.shape[1])[None], *empty)
+        compare(f"decoder, {ids7.shape[1]} tokens, empty past", one[0], ref, tol)
+        n = ids7.shape[1]
         first = dec(e[:, :4], torch.ones(1, 4, dtype=torch.int64), torch.arange(4)[None], *empty)
-        second = dec(e[:, 4:], torch.ones(1, 7, dtype=torch.int64), torch.arange(4, 7)[None], *first[1:])
-        compare("decoder, 3 tokens after a past of 4", second[0], ref[:, 4:], tol)
+        second = dec(e[:, 4:], torch.ones(1, n, dtype=torch.int64), torch.arange(4, n)[None], *first[1:])
+        compare(f"decoder, {n - 4} tokens after a past of 4", second[0], ref[:, 4:], tol)
 
     half = args.dtype == "float16"
     if half:
@@ -552,6 +560,7 @@ turn_end = {q("<|im_end|>" + chr(10))}
 stream_prefix = {q("<|stream_start|>stream" + chr(10))}
 stream_end = {q("<|stream_end|>" + chr(10))}
 default_system = {q("You are a helpful assistant.")}
+stream_timestamps = {str(args.stream_timestamps).lower()}
 
 [generator]
 script = "engines/videollama3/export.py"

@@ -2,6 +2,7 @@
 
 pub(crate) mod ask;
 pub(crate) mod engines;
+pub(crate) mod eval;
 pub(crate) mod inspect;
 pub(crate) mod run;
 pub(crate) mod status;

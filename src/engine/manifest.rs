@@ -286,6 +286,11 @@ pub struct ChatTemplate {
     pub stream_end: String,
     /// System message used when none is configured.
     pub default_system: String,
+    /// Each stream item opens with its frame's stream time, `Time 12.0s:` (the offline format's
+    /// time text), for models trained so (engines/scenes; docs/ENGINES.md, "The scenes model").
+    /// The reference's stream items carry no time: false by default.
+    #[serde(default)]
+    pub stream_timestamps: bool,
 }
 
 /// `[generator]`: provenance of the files.

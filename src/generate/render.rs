@@ -458,12 +458,24 @@ pub fn videollama3_stream_prefix(system: Option<&str>) -> Rendered {
 /// One frame as a streaming item, exactly as [`videollama3_stream`] renders each frame: appended
 /// to a cache of earlier items it gives the same tokens as a full render (segments split only at
 /// special tokens and visual spans).
-pub fn videollama3_stream_frame(kept: usize) -> Result<Rendered, RenderError> {
+///
+/// `time_secs`: the frame's stream time, rendered as `Time {t:.1}s:` before its tokens, for models
+/// whose manifest sets `stream_timestamps` (the reference's items have none: `None`).
+pub fn videollama3_stream_frame(
+    kept: usize,
+    time_secs: Option<f64>,
+) -> Result<Rendered, RenderError> {
     if kept == 0 {
         return Err(RenderError::NothingKept { index: 0 });
     }
     let mut r = Rendered::new(IMAGE_PLACEHOLDER);
-    r.template("<|stream_start|>stream\n");
+    match time_secs {
+        Some(t) if !t.is_finite() || t < 0.0 => {
+            return Err(RenderError::BadTimestamp { index: 0, value: t });
+        }
+        Some(t) => r.template(&format!("<|stream_start|>stream\nTime {}s:", time_1dp(t))),
+        None => r.template("<|stream_start|>stream\n"),
+    }
     r.visual(kept);
     r.template("\n<|stream_end|>\n");
     Ok(r)

@@ -12,7 +12,7 @@ use edgevlm_resize::Resizer;
 use futures_util::StreamExt;
 use gst_video::prelude::*;
 use ringbuf::traits::{Consumer as _, Producer as _};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Notify;
@@ -137,6 +137,14 @@ impl CameraShared {
         self.last_input_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// Counts as input now, if a frame already arrived in this session: a file camera waiting for
+    /// its frames to be encoded is not stalled.
+    pub fn touch_input(&self) {
+        if self.last_input_ms.load(Ordering::Relaxed) != 0 {
+            self.mark_input();
+        }
+    }
+
     /// When the last decoded frame arrived, if one arrived since the session started.
     pub fn last_input(&self) -> Option<Instant> {
         match self.last_input_ms.load(Ordering::Relaxed) {
@@ -181,6 +189,9 @@ pub struct Session {
     bus: gst::bus::BusStream,
     frames: handoff::Consumer,
     notify: Arc<Notify>,
+    /// Set before the pipeline goes to Null: a file's streaming thread waiting for room in the
+    /// hand-off gives up.
+    stopping: Arc<AtomicBool>,
     secret: Option<Secret>,
     camera: Arc<str>,
     stopped: bool,
@@ -269,6 +280,7 @@ impl Session {
 
         let (producer, frames) = handoff::channel();
         let notify = Arc::new(Notify::new());
+        let stopping = Arc::new(AtomicBool::new(false));
         sink.set_property("max-buffers", 2u32);
         sink.set_property("drop", true);
         sink.set_property("sync", false);
@@ -281,6 +293,7 @@ impl Session {
                     cfg.sample_fps,
                     cfg.uri.is_live(),
                     cfg.scaler,
+                    stopping.clone(),
                 ))
                 .build(),
         );
@@ -295,6 +308,7 @@ impl Session {
             bus,
             frames,
             notify,
+            stopping,
             secret,
             camera: shared.id.clone(),
             stopped: false,
@@ -340,6 +354,7 @@ impl Session {
     fn shutdown(&mut self) {
         if !self.stopped {
             self.stopped = true;
+            self.stopping.store(true, Ordering::Release);
             let _ = self.pipeline.set_state(gst::State::Null);
         }
     }
@@ -626,6 +641,7 @@ fn new_sample_handler(
     fps: f64,
     live: bool,
     scaler: Scaler,
+    stopping: Arc<AtomicBool>,
 ) -> SampleHandler {
     let resume = shared.resume();
     let mut sampler = Sampler::new(fps);
@@ -711,10 +727,25 @@ fn new_sample_handler(
             rgb,
             tokens: None,
         };
-        if producer.try_push(frame).is_err() {
-            Counters::bump(&shared.counters.overflow);
-        } else {
-            Counters::bump(&shared.counters.sampled);
+        let mut frame = frame;
+        loop {
+            match producer.try_push(frame) {
+                Ok(()) => {
+                    Counters::bump(&shared.counters.sampled);
+                    break;
+                }
+                // A live camera cannot wait: the newest frame is dropped and counted. A file
+                // waits for room (the camera task paces it by its encoder), so nothing is lost.
+                Err(back) if !live && !stopping.load(Ordering::Acquire) => {
+                    frame = back;
+                    notify.notify_one();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(_) => {
+                    Counters::bump(&shared.counters.overflow);
+                    break;
+                }
+            }
         }
         notify.notify_one();
         Ok(gst::FlowSuccess::Ok)

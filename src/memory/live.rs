@@ -124,8 +124,13 @@ pub(crate) struct StreamPrompt {
 }
 
 impl StreamPrompt {
-    /// The prompt, borrowing the frames' features.
-    pub fn prompt(&self, hidden: usize) -> Result<crate::generate::Prompt<'_>, GenerateError> {
+    /// The prompt for `generator`'s model, borrowing the frames' features.
+    pub fn prompt(
+        &self,
+        generator: &Generator,
+    ) -> Result<crate::generate::Prompt<'_>, GenerateError> {
+        let hidden = generator.engines().decoder().hidden();
+        let timestamps = stream_timestamps(generator);
         let mut prompt = crate::generate::Prompt::new();
         if !self.tokens.is_empty() {
             prompt.tokens(&self.tokens[..]);
@@ -135,7 +140,8 @@ impl StreamPrompt {
         }
         for f in &self.frames {
             // The item renders borrow nothing from the frame but its features.
-            let item = render::videollama3_stream_frame(f.kept()).map_err(render_bug)?;
+            let time = timestamps.then(|| f.pts.as_secs_f64());
+            let item = render::videollama3_stream_frame(f.kept(), time).map_err(render_bug)?;
             let p = item.prompt(&[&f.tokens[..]], hidden).map_err(render_bug)?;
             for piece in p.pieces() {
                 prompt.push(match piece {
@@ -163,12 +169,11 @@ pub(crate) fn append_frames(
     cache: &KvCache,
     frames: &[Arc<MemoryFrame>],
 ) -> Result<(KvCache, Vec<f32>), GenerateError> {
-    let hidden = generator.engines().decoder().hidden();
     let sp = StreamPrompt {
         frames: frames.to_vec(),
         ..StreamPrompt::default()
     };
-    let p = generator.prefill(cache, &sp.prompt(hidden)?)?;
+    let p = generator.prefill(cache, &sp.prompt(generator)?)?;
     Ok((p.cache, p.logits))
 }
 
@@ -335,10 +340,20 @@ impl LiveCache {
     }
 }
 
-/// Positions of one frame item's template text (measured on the tokenizer once: the same for
-/// every item).
-fn template_positions(generator: &Generator) -> usize {
-    let item = render::videollama3_stream_frame(1).map(|r| r.segments().to_vec());
+/// Whether the model's stream items carry their frame's time (manifest `stream_timestamps`).
+pub(crate) fn stream_timestamps(generator: &Generator) -> bool {
+    generator
+        .engines()
+        .manifest()
+        .chat_template
+        .stream_timestamps
+}
+
+/// Positions of one frame item's template text (measured on the tokenizer once; with time text,
+/// for a time of 99,999 s: a bound for a camera's first 27 hours, a position or two short after).
+pub(crate) fn template_positions(generator: &Generator) -> usize {
+    let time = stream_timestamps(generator).then_some(99_999.0);
+    let item = render::videollama3_stream_frame(1, time).map(|r| r.segments().to_vec());
     let tok = generator.engines().tokenizer();
     let mut ids = Vec::new();
     for s in item.unwrap_or_default() {

@@ -113,6 +113,20 @@ impl AnswerReport {
     }
 }
 
+/// What footage an answer may see. Questions over MQTT always see their window; the other two
+/// are Apollo's controls for judging a question set (`edgevlm eval`, docs/EVAL.md): a good video
+/// question is answered right with the video and not from one frame or from the text alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Footage {
+    /// The question's window (the live cache, or the window's frames from memory).
+    Window,
+    /// Only the middle frame of the question's window, after the system turn (whole if the
+    /// camera does not prune).
+    Centre,
+    /// No frame: the system turn and the question.
+    Nothing,
+}
+
 /// Receives an answer's text as it is generated.
 pub trait Deltas: Send + 'static {
     /// A new piece of text (never empty, never half a character).
@@ -377,8 +391,19 @@ impl QueryService {
         query: &ValidQuery,
         on_delta: &mut dyn FnMut(&str),
     ) -> Result<AnswerReport, QueryError> {
+        self.answer_seeing(query, Footage::Window, on_delta)
+    }
+
+    /// [`QueryService::answer_valid`] over the given footage only (a conversation is neither
+    /// continued nor kept unless `footage` is the window).
+    pub fn answer_seeing(
+        &self,
+        query: &ValidQuery,
+        footage: Footage,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<AnswerReport, QueryError> {
         let cam = self.camera(query.camera())?;
-        let result = self.answer_on(&cam, query, on_delta);
+        let result = self.answer_on(&cam, query, footage, on_delta);
         let stats = &cam.stats;
         match &result {
             Ok(r) => {
@@ -415,6 +440,7 @@ impl QueryService {
         &self,
         cam: &CameraMemory,
         req: &ValidQuery,
+        footage: Footage,
         on_delta: &mut dyn FnMut(&str),
     ) -> Result<AnswerReport, QueryError> {
         let inner = &self.inner;
@@ -427,7 +453,7 @@ impl QueryService {
                 ));
             }
         };
-        let conversation = req.conversation();
+        let conversation = req.conversation().filter(|_| footage == Footage::Window);
         let previous = self.take_conversation(cam, conversation)?;
         let snap = cam.snapshot();
         let Some(newest) = snap.frames.last().cloned() else {
@@ -443,7 +469,36 @@ impl QueryService {
             ));
         };
         let window = req.window().min(cam.window);
-        let mut start = self.start(generator, &snap, previous.as_ref(), &newest, window)?;
+        let mut start = match footage {
+            Footage::Window => self.start(generator, &snap, previous.as_ref(), &newest, window)?,
+            Footage::Centre | Footage::Nothing => {
+                let mut prompt = StreamPrompt::default();
+                prompt.head.push(render::videollama3_stream_prefix(
+                    self.inner.system.as_deref(),
+                ));
+                if footage == Footage::Centre {
+                    let in_window: Vec<&Arc<MemoryFrame>> = snap
+                        .frames
+                        .iter()
+                        .filter(|f| newest.pts.saturating_sub(f.pts) < window)
+                        .collect();
+                    let centre = in_window
+                        .get(in_window.len() / 2)
+                        .copied()
+                        .unwrap_or(&newest);
+                    prompt.frames.push(centre.clone());
+                }
+                Start {
+                    prompt,
+                    base: generator.empty_cache().map_err(internal)?,
+                    forked: false,
+                    first: None,
+                    frames_before: 0,
+                    visual_before: 0,
+                    turn: 1,
+                }
+            }
+        };
         start
             .prompt
             .tail
@@ -595,6 +650,7 @@ impl QueryService {
                 .cloned()
                 .collect(),
             self.inner.budget,
+            crate::memory::live::template_positions(generator),
         );
         Ok(Start {
             prompt,
@@ -617,8 +673,7 @@ impl QueryService {
         req: &ValidQuery,
         on_delta: &mut dyn FnMut(&str),
     ) -> Result<(Generation, Option<Duration>), QueryError> {
-        let hidden = generator.engines().decoder().hidden();
-        let prompt = start.prompt.prompt(hidden).map_err(internal)?;
+        let prompt = start.prompt.prompt(generator).map_err(internal)?;
         let opts = GenerateOptions {
             max_new_tokens: max_tokens as usize,
             ..GenerateOptions::default()
@@ -671,13 +726,17 @@ struct Start {
     turn: u32,
 }
 
-/// The newest frames that fit in `budget` positions (visual tokens plus a margin per item).
-fn fit_budget(mut frames: Vec<Arc<MemoryFrame>>, budget: usize) -> Vec<Arc<MemoryFrame>> {
-    // Each item adds a handful of template positions; 8 bounds the streaming template.
+/// The newest frames that fit in `budget` positions (visual tokens plus `template` positions
+/// per item).
+fn fit_budget(
+    mut frames: Vec<Arc<MemoryFrame>>,
+    budget: usize,
+    template: usize,
+) -> Vec<Arc<MemoryFrame>> {
     let mut room = budget;
     let mut start = frames.len();
     for f in frames.iter().rev() {
-        let need = f.kept() + 8;
+        let need = f.kept() + template;
         if need > room {
             break;
         }

@@ -16,7 +16,15 @@ pub struct Window {
     inner: Mutex<VecDeque<Arc<Frame>>>,
     /// Signalled on every push, for readers that follow the window (the watch worker).
     pushed: Condvar,
+    /// The last sequence number the follower has taken (`u64::MAX`: no follower yet), and when
+    /// it last asked: a file camera is read no faster than its follower encodes
+    /// ([`Window::follower_lag`]).
+    followed: std::sync::atomic::AtomicU64,
+    followed_at: Mutex<Option<std::time::Instant>>,
 }
+
+/// No follower has asked yet.
+const NO_FOLLOWER: u64 = u64::MAX;
 
 /// What the window holds right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,6 +48,8 @@ impl Window {
             capacity,
             inner: Mutex::new(VecDeque::with_capacity(capacity)),
             pushed: Condvar::new(),
+            followed: std::sync::atomic::AtomicU64::new(NO_FOLLOWER),
+            followed_at: Mutex::new(None),
         }
     }
 
@@ -79,8 +89,32 @@ impl Window {
         q.range(start..).cloned().collect()
     }
 
-    /// Like [`Window::newer_than`], waiting up to `timeout` for such a frame to arrive.
+    /// Frames pushed that the follower has not taken yet, if a follower asked within `alive`
+    /// (`None`: nobody follows, or the follower stopped asking). The camera task of a source that
+    /// is not live waits while this is over a few frames, so a file is never read faster than
+    /// its frames are encoded and none is evicted unseen.
+    pub fn follower_lag(&self, alive: Duration) -> Option<u64> {
+        let at = *self.followed_at.lock().unwrap_or_else(|p| p.into_inner());
+        if at.is_none_or(|t| t.elapsed() > alive) {
+            return None;
+        }
+        let taken = self.followed.load(std::sync::atomic::Ordering::Acquire);
+        let q = self.lock();
+        let newest = q.back()?.seq;
+        Some(match taken {
+            NO_FOLLOWER => q.len() as u64,
+            t => newest.saturating_sub(t),
+        })
+    }
+
+    /// Like [`Window::newer_than`], waiting up to `timeout` for such a frame to arrive. The
+    /// caller is the window's follower: `seq` is the last frame it has taken.
     pub fn wait_newer_than(&self, seq: Option<u64>, timeout: Duration) -> Vec<Arc<Frame>> {
+        if let Some(s) = seq {
+            self.followed.store(s, std::sync::atomic::Ordering::Release);
+        }
+        *self.followed_at.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(std::time::Instant::now());
         let newer = |q: &VecDeque<Arc<Frame>>| match (seq, q.back()) {
             (_, None) => false,
             (None, Some(_)) => true,
@@ -161,6 +195,30 @@ mod tests {
             rgb: vec![0; 28 * 28 * 3].into_boxed_slice(),
             tokens: None,
         })
+    }
+
+    #[test]
+    fn the_follower_lag_counts_frames_it_has_not_taken() {
+        let w = Window::new(Duration::from_secs(60), 100);
+        w.push(frame(0, 0));
+        assert_eq!(
+            w.follower_lag(Duration::from_secs(30)),
+            None,
+            "nobody follows yet"
+        );
+        // The follower's first call takes everything: nothing taken yet, one frame waiting.
+        assert_eq!(w.wait_newer_than(None, Duration::ZERO).len(), 1);
+        assert_eq!(w.follower_lag(Duration::from_secs(30)), Some(1));
+        for s in 1..=5 {
+            w.push(frame(s, s * 1000));
+        }
+        assert_eq!(w.wait_newer_than(Some(2), Duration::ZERO).len(), 3);
+        assert_eq!(w.follower_lag(Duration::from_secs(30)), Some(3));
+        assert_eq!(w.wait_newer_than(Some(5), Duration::ZERO).len(), 0);
+        assert_eq!(w.follower_lag(Duration::from_secs(30)), Some(0));
+        // A follower that stopped asking holds nothing back.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(w.follower_lag(Duration::from_millis(10)), None);
     }
 
     #[test]

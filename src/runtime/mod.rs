@@ -24,7 +24,7 @@ use crate::base::Clock;
 use crate::config::{BrokerChoice, Config, ProcessorGeometry};
 use crate::engine::Engines;
 use crate::publish::{self, Connection, Endpoint, Publisher, StartOptions, Topics};
-use crate::query::CameraDirectory;
+use crate::query::{CameraDirectory, QueryService};
 use crate::supervisor::{RateMeter, ReloadSummary, Supervisor};
 use crate::telemetry::{control, metrics};
 use crate::watch::Outputs;
@@ -73,6 +73,7 @@ pub struct Running {
     commands: mpsc::Sender<Command>,
     reports: watch::Receiver<control::Snapshot>,
     model: watch::Receiver<ModelStatus>,
+    questions: watch::Receiver<Option<QueryService>>,
     outputs: Outputs,
     publisher: Option<Publisher>,
     task: JoinHandle<()>,
@@ -142,6 +143,7 @@ impl Runtime {
             servers.push(tokio::spawn(control::serve(listener, reports_rx.clone())));
         }
         let (service_tx, service_rx) = watch::channel(None);
+        let questions = service_rx.clone();
         let (mqtt_publisher, connection) = match mqtt {
             Some((p, questions, connection)) => {
                 servers.push(tokio::spawn(questions::serve(
@@ -181,6 +183,7 @@ impl Runtime {
             commands,
             reports: reports_rx,
             model: model_rx,
+            questions,
             outputs,
             publisher,
             task,
@@ -219,6 +222,12 @@ impl Running {
     /// The model's state; changes once, when the load ends.
     pub fn model(&self) -> watch::Receiver<ModelStatus> {
         self.model.clone()
+    }
+
+    /// The question service once the model is loaded (`None` until then): what MQTT questions
+    /// go to, for in-process askers (`edgevlm eval`, tests).
+    pub fn questions(&self) -> watch::Receiver<Option<QueryService>> {
+        self.questions.clone()
     }
 
     /// Every narration and change event, for in-process listeners.

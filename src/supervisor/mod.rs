@@ -348,6 +348,11 @@ struct CameraTask {
 
 /// How often the frame-age watchdog looks.
 const WATCHDOG_TICK: Duration = Duration::from_millis(250);
+/// Frames a file camera may be ahead of its watch worker before it waits.
+const PACE_LAG: u64 = 2;
+/// A follower that has not asked for this long is gone (or busy with one long step): files are
+/// not held back for it.
+const PACE_ALIVE: Duration = Duration::from_secs(30);
 
 /// A camera task silent for this long is stuck (a blocking call that never returns).
 pub const HEARTBEAT_LIMIT: Duration = Duration::from_secs(60);
@@ -456,7 +461,14 @@ impl CameraTask {
                 _ = self.shutdown.changed() => break Outcome::Shutdown,
                 event = session.next_event() => match event {
                     SessionEvent::FramesReady => {
-                        while let Some(mut frame) = session.pop_frame() {
+                        loop {
+                            // A file is read at the pace its frames are encoded: wait while the
+                            // watch worker is behind (the hand-off then fills and the decoder
+                            // waits). A live camera never waits: it would fall behind real time.
+                            if !live && self.paced().await {
+                                break;
+                            }
+                            let Some(mut frame) = session.pop_frame() else { break };
                             frame.tokens = self.prune.apply(&frame, &self.shared.counters);
                             self.window.push(Arc::new(frame));
                         }
@@ -492,6 +504,25 @@ impl CameraTask {
     }
 
     /// Frame-age watchdog: a frozen RTSP server produces no error for ~26 s (docs/ARCHITECTURE.md, "Supervision").
+    /// Waits while the window's follower is more than [`PACE_LAG`] frames behind; returns
+    /// `true` when shutdown was asked meanwhile.
+    async fn paced(&mut self) -> bool {
+        while self
+            .window
+            .follower_lag(PACE_ALIVE)
+            .is_some_and(|lag| lag > PACE_LAG)
+        {
+            if self.shutdown.has_changed().unwrap_or(true) {
+                return true;
+            }
+            // The source is waiting on us, not stalled.
+            self.shared.touch_input();
+            self.shared.beat();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        false
+    }
+
     fn watchdog(&self, started: Instant) -> Option<String> {
         match self.shared.last_input() {
             None if self.clock.since(started) > self.cfg.connect_timeout => Some(format!(

@@ -47,9 +47,49 @@ pub struct RtspServer {
     thread: Option<JoinHandle<()>>,
 }
 
+/// One mount of the server: its path and the media pipeline it serves.
+struct Mount {
+    path: String,
+    launch: String,
+    shared: bool,
+}
+
 impl RtspServer {
     /// Starts a server on its own thread and GLib main context.
     pub fn start(spec: CameraSpec) -> RtspServer {
+        let launch = format!(
+            "( videotestsrc is-live=true pattern={} ! video/x-raw,width={},height={},framerate={}/1 \
+             ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={} \
+             ! rtph264pay name=pay0 pt=96 config-interval=1 )",
+            spec.pattern, spec.width, spec.height, spec.fps, spec.fps
+        );
+        let mount = Mount {
+            path: "/cam".into(),
+            launch,
+            shared: true,
+        };
+        RtspServer::serve(vec![mount], spec.port, spec.auth)
+    }
+
+    /// Serves H.264 Matroska files (what engines/scenes/scenes.py writes), each at
+    /// `rtsp://127.0.0.1:PORT/NAME` and from its start for every client, at the files' own pace.
+    pub fn files(files: &[(String, std::path::PathBuf)]) -> RtspServer {
+        let mounts = files
+            .iter()
+            .map(|(name, path)| Mount {
+                path: format!("/{name}"),
+                launch: format!(
+                    "( filesrc location=\"{}\" ! matroskademux ! h264parse \
+                     ! rtph264pay name=pay0 pt=96 config-interval=1 )",
+                    path.display()
+                ),
+                shared: false,
+            })
+            .collect();
+        RtspServer::serve(mounts, 0, None)
+    }
+
+    fn serve(mounts: Vec<Mount>, port: u16, auth: Option<(String, String)>) -> RtspServer {
         gst::init().expect("gst init");
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -60,34 +100,36 @@ impl RtspServer {
                 ctx.with_thread_default(|| {
                     let server = gst_rtsp_server::RTSPServer::new();
                     server.set_address("127.0.0.1");
-                    server.set_service(&spec.port.to_string());
-                    let factory = gst_rtsp_server::RTSPMediaFactory::new();
-                    factory.set_launch(&format!(
-                        "( videotestsrc is-live=true pattern={} ! video/x-raw,width={},height={},framerate={}/1 \
-                         ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={} \
-                         ! rtph264pay name=pay0 pt=96 config-interval=1 )",
-                        spec.pattern, spec.width, spec.height, spec.fps, spec.fps
-                    ));
-                    factory.set_shared(true);
-                    if let Some((user, pass)) = &spec.auth {
-                        let auth = gst_rtsp_server::RTSPAuth::new();
+                    server.set_service(&port.to_string());
+                    let rtsp_auth = auth.as_ref().map(|(user, pass)| {
+                        let a = gst_rtsp_server::RTSPAuth::new();
                         let token = gst_rtsp_server::RTSPToken::builder()
                             .field(gst_rtsp_server::RTSP_TOKEN_MEDIA_FACTORY_ROLE, "viewer")
                             .build();
                         let basic = gst_rtsp_server::RTSPAuth::make_basic(user, pass);
-                        auth.add_basic(basic.as_str(), &token);
-                        server.set_auth(Some(&auth));
-                        factory.add_role_from_structure(
-                            &gst::Structure::builder("viewer")
-                                .field(gst_rtsp_server::RTSP_PERM_MEDIA_FACTORY_ACCESS, true)
-                                .field(gst_rtsp_server::RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, true)
-                                .build(),
-                        );
+                        a.add_basic(basic.as_str(), &token);
+                        a
+                    });
+                    if let Some(a) = &rtsp_auth {
+                        server.set_auth(Some(a));
                     }
-                    server
-                        .mount_points()
-                        .expect("mount points")
-                        .add_factory("/cam", factory);
+                    for m in &mounts {
+                        let factory = gst_rtsp_server::RTSPMediaFactory::new();
+                        factory.set_launch(&m.launch);
+                        factory.set_shared(m.shared);
+                        if rtsp_auth.is_some() {
+                            factory.add_role_from_structure(
+                                &gst::Structure::builder("viewer")
+                                    .field(gst_rtsp_server::RTSP_PERM_MEDIA_FACTORY_ACCESS, true)
+                                    .field(gst_rtsp_server::RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, true)
+                                    .build(),
+                            );
+                        }
+                        server
+                            .mount_points()
+                            .expect("mount points")
+                            .add_factory(&m.path, factory);
+                    }
                     let _source = server.attach(Some(&ctx)).expect("attach RTSP server");
                     tx.send((server.bound_port() as u16, main_loop.clone()))
                         .expect("report port");
@@ -107,6 +149,11 @@ impl RtspServer {
     /// The camera's URL.
     pub fn url(&self) -> String {
         format!("rtsp://127.0.0.1:{}/cam", self.port)
+    }
+
+    /// The URL of a mount served by [`RtspServer::files`].
+    pub fn url_of(&self, name: &str) -> String {
+        format!("rtsp://127.0.0.1:{}/{name}", self.port)
     }
 }
 
