@@ -14,6 +14,10 @@ engines/qwen/fetch.sh .venv/bin/python
 
 echo "== VideoLLaMA3: reduced checkpoint, export and transformers oracle (tests/videollama3_parity.rs)"
 ./scripts/videollama3-parity.sh
+echo "== scenes model: the VideoLLaMA3 recipe on the committed checkpoint gives the committed model"
+.venv-export/bin/python engines/videollama3/export.py engines/scenes/checkpoint --out target/scenes-export \
+  --stream-timestamps 2>&1 | grep -E "diff|wrote|export.py:"
+.venv-export/bin/python engines/scenes/check.py target/scenes-export engines/scenes/model
 echo "== reference resize: torch's bicubic on decoded frames (tests/ingest_resize.rs)"
 .venv-export/bin/python engines/videollama3/resize_reference.py
 

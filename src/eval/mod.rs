@@ -154,6 +154,8 @@ impl QuestionSet {
             } else {
                 base.join(c.file)
             };
+            // Cameras take absolute file URLs.
+            let file = std::path::absolute(&file).unwrap_or(file);
             out.clips.push(Clip { name: c.clip, file });
         }
         for (n, line) in read_lines(questions)? {
@@ -427,7 +429,11 @@ fn settled(s: &control::Snapshot, id: &str) -> Option<Result<u64, String>> {
             .unwrap_or_else(|| "no frame could be decoded".into())));
     }
     let m = c.memory?;
-    (m.frames_encoded + m.frames_reused + m.frames_missed >= sampled).then_some(Ok(sampled))
+    // Every sampled frame encoded, reused or counted missed; or, when frames went by before the
+    // watch first looked (they are in no count), the camera stopped a while ago: its watch had
+    // two seconds for the last few frames it paces.
+    let all = m.frames_encoded + m.frames_reused + m.frames_missed >= sampled;
+    (all || c.state_secs >= 2.0).then_some(Ok(sampled))
 }
 
 /// Runs the question set through the runtime and scores it.
@@ -680,7 +686,10 @@ mod tests {
              {\"clip\":\"a\",\"question\":\"Which?\",\"answers\":[\"x\",\"y\"]}\n",
         );
         let set = QuestionSet::load(&clips, &qs).unwrap();
-        assert_eq!(set.clips[0].file, d.join("a.mkv"));
+        assert_eq!(
+            set.clips[0].file,
+            std::path::absolute(d.join("a.mkv")).unwrap()
+        );
         assert_eq!(set.items.len(), 2);
         assert_eq!((set.items[0].line, set.items[1].line), (1, 3));
         assert_eq!(set.items[1].kind, "all");

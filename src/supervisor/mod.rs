@@ -461,17 +461,7 @@ impl CameraTask {
                 _ = self.shutdown.changed() => break Outcome::Shutdown,
                 event = session.next_event() => match event {
                     SessionEvent::FramesReady => {
-                        loop {
-                            // A file is read at the pace its frames are encoded: wait while the
-                            // watch worker is behind (the hand-off then fills and the decoder
-                            // waits). A live camera never waits: it would fall behind real time.
-                            if !live && self.paced().await {
-                                break;
-                            }
-                            let Some(mut frame) = session.pop_frame() else { break };
-                            frame.tokens = self.prune.apply(&frame, &self.shared.counters);
-                            self.window.push(Arc::new(frame));
-                        }
+                        self.take_frames(&mut session, live).await;
                         if !running {
                             running = true;
                             self.set_state(CameraState::Running, None);
@@ -486,9 +476,14 @@ impl CameraTask {
                     SessionEvent::Error(e) if live => break Outcome::Failed(e),
                     SessionEvent::Error(e) => break Outcome::Finished(e),
                     SessionEvent::Eos if live => {
+                        self.take_frames(&mut session, live).await;
                         break Outcome::Failed("end of stream (the camera closed the connection)".into())
                     }
-                    SessionEvent::Eos => break Outcome::Finished("end of file".into()),
+                    SessionEvent::Eos => {
+                        // The last frames of a file may still wait in the hand-off.
+                        self.take_frames(&mut session, live).await;
+                        break Outcome::Finished("end of file".into());
+                    }
                 },
                 _ = watchdog.tick() => {
                     self.shared.beat();
@@ -504,6 +499,23 @@ impl CameraTask {
     }
 
     /// Frame-age watchdog: a frozen RTSP server produces no error for ~26 s (docs/ARCHITECTURE.md, "Supervision").
+    /// Moves the sampled frames waiting in the hand-off through DiffFP into the window. A file is
+    /// read at the pace its frames are encoded: this waits while the watch worker is behind (the
+    /// hand-off then fills and the decoder waits). A live camera never waits: it would fall
+    /// behind real time.
+    async fn take_frames(&mut self, session: &mut Session, live: bool) {
+        loop {
+            if !live && self.paced().await {
+                break;
+            }
+            let Some(mut frame) = session.pop_frame() else {
+                break;
+            };
+            frame.tokens = self.prune.apply(&frame, &self.shared.counters);
+            self.window.push(Arc::new(frame));
+        }
+    }
+
     /// Waits while the window's follower is more than [`PACE_LAG`] frames behind; returns
     /// `true` when shutdown was asked meanwhile.
     async fn paced(&mut self) -> bool {

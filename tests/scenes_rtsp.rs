@@ -1,0 +1,279 @@
+//! The model that sees (engines/scenes), through the whole runtime: held-out scenes (never trained
+//! on) encoded with x264, served by an in-process RTSP server, ingested (decode, 1 fps sampling,
+//! the reference resize), pruned by DiffFP, encoded into each camera's memory and live cache, and
+//! asked over a real Mosquitto broker. The answers must be about the footage: colour, shape, count,
+//! position, motion direction and when things appeared or left, which only come out right when
+//! frames, their order, their timestamps, DiffFP and the live cache are all right.
+
+mod common;
+
+use common::mqtt::{Mosquitto, Subscriber};
+use common::rtsp::RtspServer;
+use edgevlm::config::Config;
+use edgevlm::runtime::{ModelStatus, Runtime, RuntimeOptions};
+use edgevlm::supervisor::CameraState;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A failure bound only: every wait ends at its positive signal.
+const BOUND: Duration = Duration::from_secs(100);
+/// Held-out scenes asked here (scene indices of the `heldout` split).
+const SCENES: std::ops::Range<usize> = 0..6;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Writes the held-out clips and their questions with engines/scenes/scenes.py (numpy and
+/// GStreamer's x264enc; deterministic), once per version of the script.
+fn heldout() -> PathBuf {
+    let script = repo().join("engines/scenes/scenes.py");
+    let text = std::fs::read(&script).expect("engines/scenes/scenes.py");
+    let stamp = text.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    });
+    let dir = repo().join(format!("target/scenes-heldout/{stamp:016x}-{}", SCENES.end));
+    if !dir.join("questions.jsonl").exists() {
+        let tmp = dir.with_extension("tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        let out = std::process::Command::new(repo().join(".venv/bin/python"))
+            .arg(&script)
+            .args(["--split", "heldout", "--first", "0", "--count"])
+            .arg(SCENES.end.to_string())
+            .arg("--out")
+            .arg(&tmp)
+            .output()
+            .expect("run scenes.py (scripts/setup.sh makes .venv)");
+        assert!(
+            out.status.success(),
+            "scenes.py: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir).unwrap();
+    }
+    dir
+}
+
+#[derive(Debug, Clone)]
+struct Question {
+    clip: String,
+    kind: String,
+    question: String,
+    answer: String,
+}
+
+fn questions(dir: &Path) -> Vec<Question> {
+    std::fs::read_to_string(dir.join("questions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            Question {
+                clip: v["clip"].as_str().unwrap().into(),
+                kind: v["kind"].as_str().unwrap().into(),
+                question: v["question"].as_str().unwrap().into(),
+                answer: v["answer"].as_str().unwrap().into(),
+            }
+        })
+        .collect()
+}
+
+fn frames_of(dir: &Path) -> BTreeMap<String, u64> {
+    std::fs::read_to_string(dir.join("clips.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["clip"].as_str().unwrap().to_string(),
+                v["frames"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn camera_id(clip: &str) -> String {
+    clip.replace("heldout-", "cam")
+}
+
+fn normalise(s: &str) -> String {
+    edgevlm::eval::normalise(s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_out_scenes_over_rtsp_get_answers_about_the_footage() {
+    let dir = heldout();
+    let frames = frames_of(&dir);
+    let clips: Vec<(String, PathBuf)> = frames
+        .keys()
+        .map(|c| (c.clone(), dir.join(format!("{c}.mkv"))))
+        .collect();
+    let server = RtspServer::files(&clips);
+    let broker = Mosquitto::start();
+    let state = std::env::temp_dir().join(format!("edgevlm-scenes-rtsp-{}", std::process::id()));
+    let mut text = format!(
+        "[runtime]\nstatus_interval_secs = 0.2\nstate_dir = \"{}\"\n\
+         [engine]\nmodel_dir = \"{}\"\nthreads = 1\n\
+         [mqtt]\nbroker = \"{}\"\n",
+        state.display(),
+        repo().join("engines/scenes/model").display(),
+        broker.url(),
+    );
+    for (clip, _) in &clips {
+        // The clip ends with the RTSP session; the camera then waits an hour before it
+        // reconnects, so its memory holds the clip while the questions are asked.
+        text.push_str(&format!(
+            "[[cameras]]\nid = \"{}\"\nuri = \"{}\"\nsample_fps = 1\nwindow_secs = 60\n\
+             narrate = []\nretry_initial_secs = 3600\nretry_max_secs = 3600\n",
+            camera_id(clip),
+            server.url_of(clip)
+        ));
+    }
+    let config = Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"));
+    let rt = Runtime::start(config, RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    let mut model = rt.model();
+    let status = tokio::time::timeout(BOUND, model.wait_for(|m| *m != ModelStatus::Loading))
+        .await
+        .expect("the model loads")
+        .unwrap()
+        .clone();
+    assert_eq!(status, ModelStatus::Ready);
+
+    // Every clip played to its end and every frame of it is in memory.
+    let mut reports = rt.reports();
+    let all_in = |s: &edgevlm::telemetry::control::Snapshot| {
+        frames.iter().all(|(clip, n)| {
+            s.cameras.iter().any(|c| {
+                c.camera == camera_id(clip)
+                    && c.state == CameraState::Retrying
+                    // A 1 fps stream sampled at 1 fps may lose one frame to the sampler at its
+                    // start (two frames released together by the jitter buffer share a slot).
+                    && c.memory.is_some_and(|m| {
+                        m.frames + 1 >= *n && m.frames_encoded + m.frames_reused == m.frames
+                    })
+            })
+        })
+    };
+    let settled = tokio::time::timeout(BOUND, reports.wait_for(all_in))
+        .await
+        .is_ok();
+    assert!(
+        settled,
+        "clips not all in memory: {:?}",
+        reports.borrow().cameras
+    );
+
+    let held: BTreeMap<String, u64> = reports
+        .borrow()
+        .cameras
+        .iter()
+        .map(|c| (c.camera.clone(), c.memory.map_or(0, |m| m.frames)))
+        .collect();
+    let asker = Subscriber::start(broker.port, &["edgevlm/+/answer/+"]).await;
+    let qs = questions(&dir);
+    let mut score: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    let mut answers = Vec::new();
+    for (i, q) in qs.iter().enumerate() {
+        let cam = camera_id(&q.clip);
+        let id = format!("q{i}");
+        let body = serde_json::json!({"id": id, "question": q.question});
+        asker
+            .publish(&format!("edgevlm/{cam}/query"), body.to_string())
+            .await;
+        let topic = format!("edgevlm/{cam}/answer/{id}");
+        let done = |m: &[common::mqtt::Received]| {
+            m.iter().any(|r| {
+                r.topic == topic
+                    && (r.json().get("text").is_some() || r.json().get("error").is_some())
+            })
+        };
+        assert!(asker.wait(BOUND, done).await, "no answer to {q:?}");
+        let reply = asker
+            .on(&topic)
+            .into_iter()
+            .map(|r| r.json())
+            .find(|j| j.get("text").is_some() || j.get("error").is_some())
+            .unwrap();
+        let got = reply["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{q:?}: {reply}"));
+        // Every answer saw every frame the camera holds, from the clip's first second.
+        assert_eq!(reply["frames"].as_u64(), held.get(&cam).copied(), "{reply}");
+        assert!(
+            reply["window_start_secs"].as_f64().is_some_and(|t| t < 1.0),
+            "{reply}"
+        );
+        answers.push(got.to_string());
+        let right = normalise(got) == normalise(&q.answer);
+        let e = score.entry(q.kind.clone()).or_default();
+        e.0 += usize::from(right);
+        e.1 += 1;
+        if !right {
+            wrong.push(format!(
+                "{}: {:?} -> {got:?} (expected {:?})",
+                q.clip, q.question, q.answer
+            ));
+        }
+    }
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
+    let report: Vec<String> = score
+        .iter()
+        .map(|(k, (r, t))| format!("{k} {r}/{t}"))
+        .collect();
+    eprintln!(
+        "scores: {}\nwrong:\n{}",
+        report.join(", "),
+        wrong.join("\n")
+    );
+    // What this model gets right reliably is asserted; the rest is measured (docs/EVAL.md has
+    // the held-out accuracy per kind under the three conditions). Colour from the text alone is
+    // right about 1 time in 12 (the prior names white most often); swapped channels, frames out
+    // of order or features of the wrong frames bring it down to that.
+    for (kind, least) in MIN_ACCURACY {
+        let (r, t) = score.get(*kind).copied().unwrap_or_default();
+        assert!(t > 0, "no {kind} question asked");
+        assert!(
+            r as f64 >= least * t as f64,
+            "{kind}: {r}/{t} right, under {least}: {}\nwrong:\n{}",
+            report.join(", "),
+            wrong.join("\n")
+        );
+    }
+    // Every answer, right or wrong, is made of the scenes' words and ends its sentence: the
+    // tokenizer, the chat format, the detokenizer and the stop at <|im_end|> all work.
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_ascii_alphanumeric() && c != '.')
+            .map(|w| w.trim_matches('.').to_lowercase())
+            .filter(|w| !w.is_empty() && !w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+            .collect()
+    };
+    // The answers of these clips, and the words scenes.py names things with.
+    let names = "no one two three four white red green blue yellow ball square triangle \
+                 left right up down top bottom centre moving still";
+    let known: std::collections::BTreeSet<String> = qs
+        .iter()
+        .flat_map(|q| words(&q.answer))
+        .chain(names.split_whitespace().map(String::from))
+        .collect();
+    for a in &answers {
+        assert!(
+            a.trim_end().ends_with('.'),
+            "not a finished sentence: {a:?}"
+        );
+        for w in words(a) {
+            assert!(
+                known.contains(&w),
+                "{w:?} is not a word of the scenes: {a:?}"
+            );
+        }
+    }
+}
+
+/// Least share right per kind (measured on these clips: docs/EVAL.md).
+const MIN_ACCURACY: &[(&str, f64)] = &[("colour", 0.5)];
