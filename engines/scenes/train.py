@@ -299,9 +299,8 @@ def sample_text_single(tok, scene, keep, q):
 
 
 def save(model, tok, out: Path) -> None:
-    from reduced import CHAT_TEMPLATE
-    from transformers import (PreTrainedTokenizerFast, VideoLlama3ImageProcessor, VideoLlama3Processor,
-                              VideoLlama3VideoProcessor)
+    from reduced import write_processor
+    from transformers import PreTrainedTokenizerFast, VideoLlama3VideoProcessor
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
@@ -311,13 +310,7 @@ def save(model, tok, out: Path) -> None:
         clean_up_tokenization_spaces=False, model_max_length=TEXT["max_position_embeddings"])
     # One frame's budget whatever the window (max_frames = 1): the model was trained at one size.
     video = VideoLlama3VideoProcessor(size={"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}, max_frames=1)
-    image = VideoLlama3ImageProcessor()
-    processor = VideoLlama3Processor(image_processor=image, tokenizer=tokenizer, video_processor=video,
-                                     chat_template=CHAT_TEMPLATE)
-    processor.save_pretrained(out)
-    image.to_json_file(out / "preprocessor_config.json")
-    video.to_json_file(out / "video_preprocessor_config.json")
-    (out / "processor_config.json").write_text(json.dumps({"processor_class": "VideoLlama3Processor"}, indent=2) + "\n")
+    write_processor(out, tokenizer, video)
 
 
 def main() -> None:

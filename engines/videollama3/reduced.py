@@ -86,11 +86,28 @@ def qwen25_tokenizer_json() -> dict:
     return tok
 
 
+def write_processor(out: Path, tokenizer, video) -> None:
+    """Writes the processor files of a checkpoint (tokenizer, image and video processors, chat
+    template) in the layout the published -HF checkpoints use."""
+    from transformers import VideoLlama3ImageProcessor, VideoLlama3Processor
+
+    image = VideoLlama3ImageProcessor()
+    processor = VideoLlama3Processor(image_processor=image, tokenizer=tokenizer, video_processor=video,
+                                     chat_template=CHAT_TEMPLATE)
+    processor.save_pretrained(out)
+    # The published -HF checkpoints keep each processor's settings in its own file
+    # (preprocessor_config.json, video_preprocessor_config.json) and processor_config.json names
+    # only the class; transformers 5 nests them instead. Write the published layout.
+    image.to_json_file(out / "preprocessor_config.json")
+    video.to_json_file(out / "video_preprocessor_config.json")
+    (out / "processor_config.json").write_text(json.dumps({"processor_class": "VideoLlama3Processor"}, indent=2) + "\n")
+
+
 def build(out: Path, seed: int) -> None:
     from tokenizers import Tokenizer
     from transformers import (PreTrainedTokenizerFast, Qwen2Config, VideoLlama3Config,
-                              VideoLlama3ForConditionalGeneration, VideoLlama3ImageProcessor,
-                              VideoLlama3Processor, VideoLlama3VideoProcessor, VideoLlama3VisionConfig)
+                              VideoLlama3ForConditionalGeneration, VideoLlama3Processor,
+                              VideoLlama3VideoProcessor, VideoLlama3VisionConfig)
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -115,16 +132,7 @@ def build(out: Path, seed: int) -> None:
     # at least 128 tokens' worth of pixels, 768 tokens' worth per video divided by the frame
     # count, bicubic, mean = std = 0.5, DiffFP on. Written out so the export reads them from the files.
     video = VideoLlama3VideoProcessor(size={"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28})
-    image = VideoLlama3ImageProcessor()
-    processor = VideoLlama3Processor(image_processor=image, tokenizer=tokenizer, video_processor=video,
-                                     chat_template=CHAT_TEMPLATE)
-    processor.save_pretrained(out)
-    # The published -HF checkpoints keep each processor's settings in its own file
-    # (preprocessor_config.json, video_preprocessor_config.json) and processor_config.json names
-    # only the class; transformers 5 nests them instead. Write the published layout.
-    image.to_json_file(out / "preprocessor_config.json")
-    video.to_json_file(out / "video_preprocessor_config.json")
-    (out / "processor_config.json").write_text(json.dumps({"processor_class": "VideoLlama3Processor"}, indent=2) + "\n")
+    write_processor(out, tokenizer, video)
     loaded = VideoLlama3Processor.from_pretrained(out)
     if dict(loaded.video_processor.size) != dict(video.size):
         raise SystemExit(f"reduced.py: the written processor reloads with size {loaded.video_processor.size}")

@@ -488,15 +488,7 @@ impl QueryService {
                         .unwrap_or(&newest);
                     prompt.frames.push(centre.clone());
                 }
-                Start {
-                    prompt,
-                    base: generator.empty_cache().map_err(internal)?,
-                    forked: false,
-                    first: None,
-                    frames_before: 0,
-                    visual_before: 0,
-                    turn: 1,
-                }
+                Start::fresh(prompt, generator)?
             }
         };
         start
@@ -652,15 +644,7 @@ impl QueryService {
             self.inner.budget,
             crate::memory::live::template_positions(generator),
         );
-        Ok(Start {
-            prompt,
-            base: generator.empty_cache().map_err(internal)?,
-            forked: false,
-            first: None,
-            frames_before: 0,
-            visual_before: 0,
-            turn: 1,
-        })
+        Start::fresh(prompt, generator)
     }
 
     /// Prefills the prompt on its base and decodes the answer, streaming it to `on_delta`;
@@ -724,6 +708,21 @@ struct Start {
     visual_before: usize,
     /// Turn number in its conversation.
     turn: u32,
+}
+
+impl Start {
+    /// A first turn prefilled from nothing (no live cache, no conversation).
+    fn fresh(prompt: StreamPrompt, generator: &Generator) -> Result<Start, QueryError> {
+        Ok(Start {
+            prompt,
+            base: generator.empty_cache().map_err(internal)?,
+            forked: false,
+            first: None,
+            frames_before: 0,
+            visual_before: 0,
+            turn: 1,
+        })
+    }
 }
 
 /// The newest frames that fit in `budget` positions (visual tokens plus `template` positions
