@@ -489,3 +489,114 @@ async fn mqtt5_response_topic_and_correlation_data_are_honoured() {
         w.messages()
     );
 }
+
+/// `mosquitto_pub` sends `payload` (read from its stdin) to `topic`.
+fn mosquitto_pub(port: u16, topic: &str, retain: bool, payload: &[u8]) {
+    use std::io::Write;
+    let mut cmd = std::process::Command::new("mosquitto_pub");
+    cmd.args(["-p", &port.to_string(), "-q", "1", "-t", topic, "-s"]);
+    if retain {
+        cmd.arg("-r");
+    }
+    let mut child = cmd.stdin(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(payload).unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// Questions of 10 MiB on a Mosquitto at its default limits (no `message_size_limit`): one
+/// retained before the run starts (delivered at every subscribe), one whose id comes first, one
+/// without any; then a valid question. The connection is never dropped (one CONNACK, no
+/// `offline`), the asker with an id gets `too_large` on its answer topic, the others are counted,
+/// and the valid question after them is answered.
+async fn oversized_questions(protocol: &str) {
+    let broker = Mosquitto::start();
+    let big = 10 << 20;
+    mosquitto_pub(broker.port, "edgevlm/door/query", true, &vec![b'A'; big]);
+    let metrics = free_port();
+    let run = Run::start(
+        &format!("big{protocol}"),
+        &format!("broker = \"{}\"\nprotocol = \"{protocol}\"", broker.url()),
+        &format!("{ENGINE_OFF}\n[telemetry]\nmetrics_listen = \"127.0.0.1:{metrics}\"\n"),
+    );
+    let w = Subscriber::start(
+        broker.port,
+        &[
+            "edgevlm/available",
+            "edgevlm/door/answer/+",
+            "edgevlm/errors",
+        ],
+    )
+    .await;
+    wait_online(&w, &run).await;
+    let with_id = format!(r#"{{"id":"big1","question":"{}"}}"#, "A".repeat(big));
+    mosquitto_pub(broker.port, "edgevlm/door/query", false, with_id.as_bytes());
+    mosquitto_pub(broker.port, "edgevlm/door/query", false, &vec![b'{'; big]);
+    mosquitto_pub(
+        broker.port,
+        "edgevlm/door/query",
+        false,
+        br#"{"id":"after","question":"What moves?"}"#,
+    );
+    assert!(
+        w.wait(Duration::from_secs(60), |m| m
+            .iter()
+            .any(|m| m.topic == "edgevlm/door/answer/after"))
+            .await,
+        "the question after the large ones was not answered: {:?}\n{}",
+        w.messages(),
+        run.log()
+    );
+    let m = |name: &str| common::metric(metrics, name).unwrap_or(-1.0);
+    assert_eq!(m("edgevlm_mqtt_connects_total"), 1.0, "{}", run.log());
+    assert_eq!(
+        m("edgevlm_mqtt_connection_errors_total"),
+        0.0,
+        "{}",
+        run.log()
+    );
+    assert!(
+        w.on("edgevlm/available").iter().all(|m| m.text == "online"),
+        "{:?}",
+        w.on("edgevlm/available")
+    );
+    let after = w.on("edgevlm/door/answer/after").remove(0).json();
+    assert_eq!(after["error"]["code"], "no_model", "{after}");
+    if protocol == "3.1.1" {
+        // The size guard cut both live ones: the first named its asker.
+        assert!(
+            w.wait(Duration::from_secs(10), |m| m
+                .iter()
+                .any(|m| m.topic == "edgevlm/door/answer/big1"))
+                .await
+        );
+        let reply = w.on("edgevlm/door/answer/big1").remove(0).json();
+        assert_eq!(reply["error"]["code"], "too_large", "{reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{} bytes", with_id.len())),
+            "{reply}"
+        );
+        assert_eq!(m("edgevlm_mqtt_queries_oversized_total"), 2.0);
+        assert_eq!(m("edgevlm_mqtt_queries_retained_ignored_total"), 1.0);
+        let errors = w.on("edgevlm/errors");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.json()["error"]["code"] == "too_large"),
+            "{errors:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_questions_neither_disconnect_nor_loop_over_mqtt_3_1_1() {
+    oversized_questions("3.1.1").await;
+}
+
+/// MQTT 5: CONNECT's Maximum Packet Size tells Mosquitto not to send them at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_questions_neither_disconnect_nor_loop_over_mqtt_5() {
+    oversized_questions("5").await;
+}

@@ -88,6 +88,8 @@ pub async fn ask(
         max_outgoing: super::MAX_INCOMING_BYTES,
         channel: 16,
         connect_timeout: options.timeout.min(Duration::from_secs(10)),
+        // A one-question client: a message too large for it ends the ask with an error.
+        guard: false,
     };
     let (client, mut eventloop) = super::wire::build(&connect);
     let mut query = serde_json::json!({ "id": id, "question": options.question });

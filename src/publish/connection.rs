@@ -13,7 +13,7 @@ use super::publisher::{QueryRequest, ReplyTo, Shared, lock};
 use super::wire::{Incoming, WireClient, WireEvent, WireLoop};
 use crate::base::{Backoff, Clock};
 use crate::query::{ErrorCode, QueryError};
-use crate::query::{Rejection, validate};
+use crate::query::{Rejection, refuse_cut, validate};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -326,15 +326,22 @@ impl Controller {
             Some(t) => Some(Err(t.clone())),
             None => None,
         };
-        let result = {
-            let cameras = lock(&shared.cameras);
-            validate(
-                camera,
-                &m.payload,
-                self.clock.now(),
-                &shared.limits,
-                &cameras,
-            )
+        let result = match m.oversized {
+            // Cut by the size guard: too large whatever it says.
+            Some(len) => {
+                counters.queries_oversized.fetch_add(1, Ordering::Relaxed);
+                Err(refuse_cut(&m.payload, len, &shared.limits))
+            }
+            None => {
+                let cameras = lock(&shared.cameras);
+                validate(
+                    camera,
+                    &m.payload,
+                    self.clock.now(),
+                    &shared.limits,
+                    &cameras,
+                )
+            }
         };
         let reply_for = |id: &str| ReplyTo {
             id: id.to_string(),

@@ -7,6 +7,7 @@
 
 pub mod ask;
 mod connection;
+mod guard;
 pub mod outbox;
 pub mod payload;
 mod publisher;
@@ -38,8 +39,9 @@ use tokio::task::JoinHandle;
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 
 /// Largest packet accepted from the broker: a query over `mqtt.query_max_bytes` but under this is
-/// still read, so its sender gets a `too_large` reply. A larger one makes rumqttc drop the
-/// connection (it reconnects); limit message sizes at the broker (docs/MQTT.md).
+/// read whole, so its sender gets a `too_large` reply. A larger one is cut before rumqttc sees it
+/// (MQTT 3.1.1: the size guard, `guard.rs`) or never sent by the broker (MQTT 5: CONNECT's
+/// Maximum Packet Size); docs/MQTT.md, "Message sizes".
 pub const MAX_INCOMING_BYTES: usize = MAX_PAYLOAD_BYTES + 4096;
 
 /// Capacity of rumqttc's request channel.
@@ -200,6 +202,8 @@ pub fn start(
         max_outgoing: MAX_PAYLOAD_BYTES + 4096,
         channel: CLIENT_CHANNEL,
         connect_timeout: options.connect_timeout,
+        guard: cfg.protocol == MqttProtocol::V311
+            && matches!(cfg.broker, BrokerChoice::External { .. }),
     };
     let (client, eventloop) = wire::build(&connect);
     let limits = QueryLimits {

@@ -61,6 +61,8 @@ pub struct PublishStats {
     pub queries_busy: u64,
     /// Retained messages on query topics, ignored (a stored question is stale).
     pub queries_retained_ignored: u64,
+    /// Questions over the MQTT packet limit, cut by the size guard and answered `too_large`.
+    pub queries_oversized: u64,
     /// Publishes an MQTT 5 broker acknowledged with a failure reason (e.g. not authorized).
     pub refused_by_broker: u64,
 }
@@ -74,6 +76,8 @@ pub(crate) struct Counters {
     pub queries_rejected: AtomicU64,
     pub queries_busy: AtomicU64,
     pub queries_retained_ignored: AtomicU64,
+    /// Questions over the MQTT packet limit, cut by the size guard.
+    pub queries_oversized: AtomicU64,
     pub refused_by_broker: AtomicU64,
 }
 
@@ -268,6 +272,7 @@ impl Publisher {
             queries_rejected: c.queries_rejected.load(Ordering::Relaxed),
             queries_busy: c.queries_busy.load(Ordering::Relaxed),
             queries_retained_ignored: c.queries_retained_ignored.load(Ordering::Relaxed),
+            queries_oversized: c.queries_oversized.load(Ordering::Relaxed),
             refused_by_broker: c.refused_by_broker.load(Ordering::Relaxed),
         }
     }

@@ -1,6 +1,7 @@
 //! One face over rumqttc's MQTT 3.1.1 (`rumqttc`) and MQTT 5 (`rumqttc::v5`) clients, so the
 //! connection task is written once.
 
+use super::guard::{self, Guard};
 use crate::config::{MqttProtocol, Secret};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -33,6 +34,10 @@ pub struct ConnectOptions {
     pub channel: usize,
     /// Time allowed for TCP + TLS + CONNECT.
     pub connect_timeout: Duration,
+    /// MQTT 3.1.1: connect through the size guard (`guard.rs`), so a PUBLISH over
+    /// `max_incoming` from the broker is cut instead of failing the connection. MQTT 5 asks the
+    /// broker itself (CONNECT's Maximum Packet Size).
+    pub guard: bool,
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -61,6 +66,9 @@ pub struct Incoming {
     pub response_topic: Option<String>,
     /// MQTT 5 correlation data.
     pub correlation: Option<Bytes>,
+    /// The size guard cut this message: its original payload length (`payload` is then only
+    /// its first bytes).
+    pub oversized: Option<usize>,
 }
 
 /// What the event loop reported, reduced to what the connection task needs.
@@ -95,8 +103,8 @@ pub enum WireClient {
 
 /// The event-loop side.
 pub enum WireLoop {
-    /// MQTT 3.1.1.
-    V4(Box<rumqttc::EventLoop>),
+    /// MQTT 3.1.1, with its size guard when it has one.
+    V4(Box<rumqttc::EventLoop>, Option<Guard>),
     /// MQTT 5.
     V5(Box<rumqttc::v5::EventLoop>),
 }
@@ -107,7 +115,28 @@ pub fn build(o: &ConnectOptions) -> (WireClient, WireLoop) {
     let connect_secs = o.connect_timeout.as_secs().max(1);
     match o.protocol {
         MqttProtocol::V311 => {
-            let mut opts = rumqttc::MqttOptions::new(&o.client_id, &o.host, o.port);
+            let guard = o.guard.then(|| {
+                let upstream = guard::Upstream {
+                    host: o.host.clone(),
+                    port: o.port,
+                    tls: o.tls.clone(),
+                    connect_timeout: o.connect_timeout,
+                };
+                guard::start(upstream, o.max_incoming)
+                    .inspect_err(|e| {
+                        tracing::warn!(error = %e, "MQTT size guard could not start; connecting directly (a message over the size limit will drop the connection)");
+                    })
+                    .ok()
+            });
+            let guard = guard.flatten();
+            let mut opts = match &guard {
+                Some(g) => rumqttc::MqttOptions::new(
+                    &o.client_id,
+                    g.socket.to_string_lossy().into_owned(),
+                    0,
+                ),
+                None => rumqttc::MqttOptions::new(&o.client_id, &o.host, o.port),
+            };
             opts.set_keep_alive(keep_alive)
                 .set_clean_session(true)
                 .set_max_packet_size(o.max_incoming, o.max_outgoing)
@@ -123,7 +152,10 @@ pub fn build(o: &ConnectOptions) -> (WireClient, WireLoop) {
                     true,
                 ));
             }
-            if let Some(tls) = &o.tls {
+            if guard.is_some() {
+                // The guard holds the TCP or TLS connection to the broker.
+                opts.set_transport(rumqttc::Transport::Unix);
+            } else if let Some(tls) = &o.tls {
                 opts.set_transport(rumqttc::Transport::tls_with_config(
                     rumqttc::TlsConfiguration::Rustls(tls.clone()),
                 ));
@@ -132,7 +164,10 @@ pub fn build(o: &ConnectOptions) -> (WireClient, WireLoop) {
             let mut net = eventloop.network_options();
             net.set_connection_timeout(connect_secs);
             eventloop.set_network_options(net);
-            (WireClient::V4(client), WireLoop::V4(Box::new(eventloop)))
+            (
+                WireClient::V4(client),
+                WireLoop::V4(Box::new(eventloop), guard),
+            )
         }
         MqttProtocol::V5 => {
             use rumqttc::v5;
@@ -237,18 +272,29 @@ impl WireLoop {
     /// credentials (rumqttc's errors do not contain them).
     pub async fn poll(&mut self) -> Result<WireEvent, String> {
         match self {
-            WireLoop::V4(el) => {
+            WireLoop::V4(el, guard) => {
                 use rumqttc::{Event, Outgoing, Packet};
                 match el.poll().await {
                     Ok(Event::Incoming(Packet::ConnAck(_))) => Ok(WireEvent::ConnAck),
                     Ok(Event::Incoming(Packet::PubAck(a))) => Ok(WireEvent::Acked(a.pkid, None)),
-                    Ok(Event::Incoming(Packet::Publish(p))) => Ok(WireEvent::Message(Incoming {
-                        topic: p.topic,
-                        payload: p.payload,
-                        retain: p.retain,
-                        response_topic: None,
-                        correlation: None,
-                    })),
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let cut = guard
+                            .as_ref()
+                            .and_then(|_| guard::unmark(&p.payload))
+                            .map(|(len, prefix)| (len, Bytes::copy_from_slice(prefix)));
+                        let (oversized, payload) = match cut {
+                            Some((len, prefix)) => (Some(len), prefix),
+                            None => (None, p.payload),
+                        };
+                        Ok(WireEvent::Message(Incoming {
+                            topic: p.topic,
+                            payload,
+                            retain: p.retain,
+                            response_topic: None,
+                            correlation: None,
+                            oversized,
+                        }))
+                    }
                     Ok(Event::Incoming(Packet::SubAck(s))) => Ok(
                         if s.return_codes
                             .iter()
@@ -262,7 +308,10 @@ impl WireLoop {
                     Ok(Event::Outgoing(Outgoing::Publish(pkid))) => Ok(WireEvent::Written(pkid)),
                     Ok(Event::Outgoing(Outgoing::Disconnect)) => Ok(WireEvent::Disconnected),
                     Ok(_) => Ok(WireEvent::Other),
-                    Err(e) => Err(describe_v4(&e)),
+                    Err(e) => Err(guard
+                        .as_ref()
+                        .and_then(|g| g.state.take_error())
+                        .unwrap_or_else(|| describe_v4(&e))),
                 }
             }
             WireLoop::V5(el) => {
@@ -290,6 +339,7 @@ impl WireLoop {
                             retain: p.retain,
                             response_topic,
                             correlation,
+                            oversized: None,
                         }))
                     }
                     Ok(Event::Incoming(Packet::SubAck(s))) => Ok(
@@ -316,7 +366,7 @@ impl WireLoop {
     /// only duplicate (and would break the order in which publishes are matched to packet ids).
     pub fn forget_pending(&mut self) {
         match self {
-            WireLoop::V4(el) => {
+            WireLoop::V4(el, _) => {
                 el.clean();
                 el.pending.clear();
             }

@@ -18,7 +18,8 @@ mod validate;
 pub use answer::{Answer, ErrorCode, FinishReason, QueryError};
 pub use conversation::Conversations;
 pub use validate::{
-    CameraDirectory, MAX_TOKENS_LIMIT, QueryLimits, Rejection, ValidQuery, valid_id, validate,
+    CameraDirectory, MAX_TOKENS_LIMIT, QueryLimits, Rejection, ValidQuery, recover_id, refuse_cut,
+    valid_id, validate,
 };
 
 use crate::base::Clock;

@@ -214,11 +214,15 @@ pub fn validate(
 fn parse_object(payload: &[u8], limits: &QueryLimits) -> Result<serde_json::Value, Rejection> {
     let oversized = payload.len() > limits.max_bytes;
     if payload.len() > PARSE_FOR_ID_LIMIT {
-        return Err(reject(None, None, too_large(payload.len(), limits)));
+        return Err(reject(
+            recover_id(payload),
+            None,
+            too_large(payload.len(), limits),
+        ));
     }
     let text = std::str::from_utf8(payload).map_err(|e| {
         reject(
-            None,
+            recover_id(payload),
             None,
             QueryError::new(
                 ErrorCode::Malformed,
@@ -240,7 +244,7 @@ fn parse_object(payload: &[u8], limits: &QueryLimits) -> Result<serde_json::Valu
                 ),
             )
         };
-        reject(None, None, err)
+        reject(recover_id(payload), None, err)
     })?;
     if !value.is_object() {
         return Err(reject(
@@ -256,6 +260,101 @@ fn parse_object(payload: &[u8], limits: &QueryLimits) -> Result<serde_json::Valu
         ));
     };
     Ok(value)
+}
+
+/// The refusal of a query the MQTT size guard cut (`publish/guard.rs`): `len` bytes, of which
+/// `prefix` are the first; the id is read from the prefix when it comes first enough.
+pub fn refuse_cut(prefix: &[u8], len: usize, limits: &QueryLimits) -> Rejection {
+    reject(recover_id(prefix), None, too_large(len, limits))
+}
+
+/// The `id` of a query whose payload cannot be parsed whole (too large, cut short, not UTF-8 or
+/// not valid JSON further on), so that its sender still gets the error on its answer topic: the
+/// top-level members are scanned from the start, without building values or recursing, until
+/// `"id"`. `None` when the payload does not start as an object, the id is not a valid one, or
+/// something unreadable comes before it.
+pub fn recover_id(payload: &[u8]) -> Option<String> {
+    let mut s = Scan { b: payload, i: 0 };
+    s.ws();
+    s.eat(b'{')?;
+    loop {
+        s.ws();
+        let key = s.string()?;
+        s.ws();
+        s.eat(b':')?;
+        s.ws();
+        if key == "id" {
+            return s.string().filter(|id| valid_id(id));
+        }
+        s.skip_value()?;
+        s.ws();
+        s.eat(b',')?;
+    }
+}
+
+/// A byte cursor over JSON text (for [`recover_id`]).
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Scan<'_> {
+    fn ws(&mut self) {
+        while self.b.get(self.i).is_some_and(|c| c.is_ascii_whitespace()) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.b.get(self.i) == Some(&c)).then(|| self.i += 1)
+    }
+
+    /// The end (exclusive) of the string starting at the cursor, which is left after it.
+    fn skip_string(&mut self) -> Option<usize> {
+        self.eat(b'"')?;
+        loop {
+            match *self.b.get(self.i)? {
+                b'\\' => self.i += 2,
+                b'"' => {
+                    self.i += 1;
+                    return Some(self.i);
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// A string, decoded (`None` if it is not a valid JSON string, lone surrogates included).
+    fn string(&mut self) -> Option<String> {
+        let start = self.i;
+        let end = self.skip_string()?;
+        serde_json::from_slice(&self.b[start..end]).ok()
+    }
+
+    /// Skips one value of any depth (strings are skipped whole, so brackets in them do not count).
+    fn skip_value(&mut self) -> Option<()> {
+        let mut depth = 0usize;
+        loop {
+            match *self.b.get(self.i)? {
+                b'"' => {
+                    self.skip_string()?;
+                }
+                b'{' | b'[' => {
+                    depth += 1;
+                    self.i += 1;
+                }
+                b'}' | b']' if depth > 0 => {
+                    depth -= 1;
+                    self.i += 1;
+                }
+                b',' | b'}' | b']' if depth == 0 => return Some(()),
+                _ => self.i += 1,
+            }
+            if depth == 0 && matches!(self.b.get(self.i), Some(b',' | b'}' | b']')) {
+                return Some(());
+            }
+        }
+    }
 }
 
 /// The query's `id`: where its answer goes.
@@ -500,6 +599,66 @@ mod tests {
     fn code(camera: &str, payload: &str) -> (Option<String>, ErrorCode) {
         let r = check(camera, payload).unwrap_err();
         (r.id, r.error.code)
+    }
+
+    #[test]
+    fn the_id_of_an_unparsable_query_is_recovered_when_it_can_be() {
+        let deep = format!(
+            r#"{{"x":{}1{},"id":"deep","question":"q"}}"#,
+            "[".repeat(500),
+            "]".repeat(500)
+        );
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (br#"{"id":"a1","question":"x"}"#, Some("a1")),
+            // Not JSON further on: a lone surrogate escape, a cut-off payload, a bad byte.
+            (br#"{"id":"a2","question":"\ud800"}"#, Some("a2")),
+            (br#" { "id" : "a3" , "question": "AAAA"#, Some("a3")),
+            (b"{\"id\":\"a4\",\"question\":\"\xff\"}", Some("a4")),
+            // After other members, whatever they hold (brackets and escaped quotes in strings).
+            (br#"{"question":"a \" ] } [ {","window_secs":12.5,"c":{"d":[1,{"e":"}"}]},"id":"a5"}"#, Some("a5")),
+            (deep.as_bytes(), Some("deep")),
+            (br#"{"question":"x"}"#, None),
+            (br#"{"id":"a/b","question":"x"}"#, None),
+            (br#"{"id":7}"#, None),
+            (br#"{"question":"\ud800","id":"x"}"#, Some("x")),
+            (br#"{"\ud800":1,"id":"x"}"#, None),
+            (br#"["id","x"]"#, None),
+            (br#"{"question":"AAAA"#, None),
+            (b"", None),
+        ];
+        for (payload, id) in cases {
+            assert_eq!(
+                recover_id(payload).as_deref(),
+                *id,
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+        let cut = refuse_cut(br#"{"id":"big","question":"AAA"#, 10 << 20, &LIMITS);
+        assert_eq!(cut.id.as_deref(), Some("big"));
+        assert_eq!(cut.error.code, ErrorCode::TooLarge);
+        assert!(
+            cut.error.message.contains("10485760 bytes"),
+            "{}",
+            cut.error.message
+        );
+    }
+
+    #[test]
+    fn a_malformed_query_with_a_readable_id_is_answered_on_its_topic() {
+        let (id, c) = code("door", r#"{"id":"s1","question":"\ud800"}"#);
+        assert_eq!((id.as_deref(), c), (Some("s1"), ErrorCode::Malformed));
+        let deep = format!(
+            r#"{{"id":"n1","x":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let (id, c) = code("door", &deep);
+        assert_eq!(id.as_deref(), Some("n1"));
+        assert!(
+            matches!(c, ErrorCode::Malformed | ErrorCode::TooLarge),
+            "{c:?}"
+        );
     }
 
     #[test]

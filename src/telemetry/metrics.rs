@@ -189,7 +189,7 @@ pub fn render_cameras(views: &[CameraView]) -> String {
 /// Renders the MQTT publisher's counters (connection, outbox, questions).
 pub fn render_publish(p: &PublishStats) -> String {
     let o = &p.outbox;
-    let rows: [(&str, &str, &str, f64); 14] = [
+    let rows: [(&str, &str, &str, f64); 16] = [
         (
             "edgevlm_mqtt_connected",
             "gauge",
@@ -273,6 +273,18 @@ pub fn render_publish(p: &PublishStats) -> String {
             "counter",
             "Valid questions refused because the queue was full.",
             p.queries_busy as f64,
+        ),
+        (
+            "edgevlm_mqtt_queries_retained_ignored_total",
+            "counter",
+            "Retained messages on query topics, ignored (a stored question is stale).",
+            p.queries_retained_ignored as f64,
+        ),
+        (
+            "edgevlm_mqtt_queries_oversized_total",
+            "counter",
+            "Questions over the MQTT packet limit, cut before the client and answered too_large.",
+            p.queries_oversized as f64,
         ),
     ];
     let mut out = String::new();
