@@ -79,6 +79,23 @@ async fn only_users_allowed_to_ask_can_publish_questions() {
     );
     let refused = login(port, Some(("viewer", "wrong"))).await.unwrap_err();
     assert!(refused.contains("BadUserNamePassword"), "{refused}");
+    // A user name cannot forge a log line: its newline is logged as `\n`.
+    let forged = "mallory\n2026-12-01T00:00:00Z  INFO edgevlm: forged";
+    login(port, Some((forged, "x"))).await.unwrap_err();
+    assert!(
+        common::wait_until(Duration::from_secs(30), || read_log()
+            .contains(r"mallory\n2026-12-01T00:00:00Z  INFO edgevlm: forged"))
+        .await,
+        "{}",
+        read_log()
+    );
+    assert!(
+        !read_log()
+            .lines()
+            .any(|l| l.starts_with("2026-12-01T00:00:00Z")),
+        "{}",
+        read_log()
+    );
     login(port, Some(("viewer", "s3cret-view"))).await.unwrap();
 
     // Both users read the runtime's topics.

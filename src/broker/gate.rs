@@ -10,6 +10,7 @@
 //! connection (MQTT 3.1.1 §3.3.5: a server that does not authorize a PUBLISH either acknowledges
 //! it or closes the connection; closing makes the refusal visible to the client).
 
+use crate::base::log_safe;
 use crate::config::Secret;
 use crate::publish::{MAX_INCOMING_BYTES, Topics};
 use bytes::BytesMut;
@@ -94,7 +95,7 @@ fn may_publish(topics: &Topics, user: &User, topic: &str) -> Result<(), String> 
     } else {
         Err(format!(
             "`{}` is under `{prefix}/`, which only edgevlm publishes to",
-            topic.chars().take(128).collect::<String>()
+            log_safe(topic, 128)
         ))
     }
 }
@@ -131,7 +132,7 @@ async fn relay(gate: &Gate, mut client: TcpStream) -> Result<(), String> {
         u.name == login.username
             && constant_time_eq(u.password.expose().as_bytes(), login.password.as_bytes())
     }) else {
-        tracing::warn!(user = %login.username.chars().take(64).collect::<String>(), "MQTT login refused: bad user name or password");
+        tracing::warn!(user = %log_safe(&login.username, 64), "MQTT login refused: bad user name or password");
         return refuse(&mut client, BAD_USER_OR_PASSWORD, "bad login".into()).await;
     };
     if connect.client_id == gate.runtime_client_id {

@@ -81,13 +81,16 @@ impl SourceUri {
                     .map_or(authority, |(h, _)| h)
                     .trim_matches(['[', ']']);
                 if host.is_empty() {
-                    return Err(format!("`{uri}` has no host"));
+                    return Err(format!("`{}` has no host", redact_uri(uri)));
                 }
                 if let Some((_, port)) = authority.rsplit_once(':')
                     && !authority.ends_with(']')
                     && port.parse::<u16>().is_err()
                 {
-                    return Err(format!("`{uri}` has an invalid port `{port}`"));
+                    return Err(format!(
+                        "`{}` has an invalid port `{port}`",
+                        redact_uri(uri)
+                    ));
                 }
                 Ok(SourceUri::Rtsp(uri.to_string()))
             }
@@ -95,7 +98,8 @@ impl SourceUri {
                 let path = rest.strip_prefix("localhost").unwrap_or(rest);
                 if !path.starts_with('/') {
                     return Err(format!(
-                        "`{uri}`: a file URL needs an absolute path (file:///path/to/video.mp4)"
+                        "`{}`: a file URL needs an absolute path (file:///path/to/video.mp4)",
+                        redact_uri(uri)
                     ));
                 }
                 Ok(SourceUri::File(PathBuf::from(path)))
@@ -103,7 +107,8 @@ impl SourceUri {
             "v4l2" => {
                 if !rest.starts_with('/') {
                     return Err(format!(
-                        "`{uri}`: expected a device path such as v4l2:///dev/video0"
+                        "`{}`: expected a device path such as v4l2:///dev/video0",
+                        redact_uri(uri)
                     ));
                 }
                 Ok(SourceUri::V4l2(PathBuf::from(rest)))
@@ -163,16 +168,75 @@ impl fmt::Debug for SourceUri {
     }
 }
 
-/// Replaces the user-info part of a URL (`user:pass@`) with `***@`.
+/// Query parameters whose value is a secret (compared without case, `-` and `_`).
+const SECRET_PARAMS: [&str; 12] = [
+    "password",
+    "passwd",
+    "pass",
+    "pwd",
+    "token",
+    "accesstoken",
+    "secret",
+    "key",
+    "apikey",
+    "auth",
+    "signature",
+    "sig",
+];
+
+/// `uri` with its secrets replaced by `***`: the user-info part (`user:pass@`) in any spelling of
+/// the separator (`rtsp://`, `rtsp:\\`, `rtsp:/`, none at all) and the value of every query
+/// parameter named like a password or token (`?password=…`, `&token=…`, see `SECRET_PARAMS`).
 pub fn redact_uri(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_string();
+    // Where the authority starts: after `scheme:` and any slashes or backslashes.
+    let scheme_end = uri
+        .find(':')
+        .filter(|&i| {
+            i > 0
+                && uri[..i]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        })
+        .filter(|&i| uri[i + 1..].starts_with(['/', '\\']));
+    let start = match scheme_end {
+        Some(i) => i + 1 + uri[i + 1..].len() - uri[i + 1..].trim_start_matches(['/', '\\']).len(),
+        None => 0,
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => uri.to_string(),
+    let end = uri[start..]
+        .find(['/', '\\', '?', '#'])
+        .map_or(uri.len(), |e| start + e);
+    let mut out = match uri[start..end].rfind('@') {
+        Some(at) => format!("{}***@{}", &uri[..start], &uri[start + at + 1..end]),
+        None => uri[..end].to_string(),
+    };
+    let rest = &uri[end..];
+    let (before_fragment, fragment) = rest.split_at(rest.find('#').unwrap_or(rest.len()));
+    match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((name, _)) if secret_param(name) => format!("{name}=***"),
+                    _ => p.to_string(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+        None => out.push_str(before_fragment),
     }
+    out.push_str(fragment);
+    out
+}
+
+fn secret_param(name: &str) -> bool {
+    let norm: String = name
+        .chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect();
+    SECRET_PARAMS.contains(&norm.as_str())
 }
 
 /// A secret string (a camera or broker password) that cannot print itself.
@@ -308,9 +372,52 @@ mod tests {
     }
 
     #[test]
-    fn redaction_hides_user_info_only() {
-        assert_eq!(redact_uri("rtsp://u:p@h:1/a@b"), "rtsp://***@h:1/a@b");
-        assert_eq!(redact_uri("rtsp://h/x"), "rtsp://h/x");
+    fn redaction_hides_user_info_and_secret_parameters_in_any_form() {
+        let cases = [
+            ("rtsp://u:p@h:1/a@b", "rtsp://***@h:1/a@b"),
+            ("rtsp://h/x", "rtsp://h/x"),
+            ("rtsp:\\\\u:pw@host/s", "rtsp:\\\\***@host/s"),
+            ("rtsp:/u:pw@host", "rtsp:/***@host"),
+            ("file://u:pw@/v.mp4", "file://***@/v.mp4"),
+            ("u:pw@host:554/s", "***@host:554/s"),
+            (
+                "http://h/s?user=a&password=pw&x=1",
+                "http://h/s?user=a&password=***&x=1",
+            ),
+            (
+                "rtsp://h/s?Access-Token=t0k#pw=1",
+                "rtsp://h/s?Access-Token=***#pw=1",
+            ),
+            (
+                "rtsp://h/s?PWD=a&api_key=b&sig=c",
+                "rtsp://h/s?PWD=***&api_key=***&sig=***",
+            ),
+            ("rtsp://a:b@h/s?token=t", "rtsp://***@h/s?token=***"),
+            ("test://ball", "test://ball"),
+            ("/videos/a@b.mp4", "/videos/a@b.mp4"),
+        ];
+        for (uri, want) in cases {
+            assert_eq!(redact_uri(uri), want, "{uri}");
+        }
+    }
+
+    #[test]
+    fn no_parse_error_repeats_a_password() {
+        for uri in [
+            "rtsp:\\\\admin:hunter2@cam",
+            "file://admin:hunter2@",
+            "rtsp://admin:hunter2@cam/s",
+            "rtsp://cam:99999/s?password=hunter2",
+            "rtsp://:1/s?password=hunter2",
+            "v4l2://admin:hunter2@dev",
+            "admin:hunter2@cam",
+            "ftp://admin:hunter2@cam",
+        ] {
+            let e = SourceUri::parse(uri).unwrap_err();
+            assert!(!e.contains("hunter2"), "{uri}: {e}");
+        }
+        let ok = SourceUri::parse("rtsp://cam/s?password=hunter2").unwrap();
+        assert!(!ok.to_string().contains("hunter2"), "{ok}");
     }
 
     #[test]

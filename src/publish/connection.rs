@@ -11,7 +11,7 @@ use super::outbox::{Class, Message};
 use super::payload::{ErrorNotice, ErrorReply, unix_now};
 use super::publisher::{QueryRequest, ReplyTo, Shared, lock};
 use super::wire::{Incoming, WireClient, WireEvent, WireLoop};
-use crate::base::{Backoff, Clock};
+use crate::base::{Backoff, Clock, log_safe};
 use crate::query::{ErrorCode, QueryError};
 use crate::query::{Rejection, refuse_cut, validate};
 use std::collections::{HashMap, VecDeque};
@@ -317,7 +317,7 @@ impl Controller {
             counters
                 .queries_retained_ignored
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(topic = %m.topic, "Ignoring a retained question");
+            tracing::debug!(topic = %log_safe(&m.topic, 256), "Ignoring a retained question");
             return;
         }
         let correlation = m.correlation.as_ref().map(|c| c.to_vec());
@@ -405,7 +405,7 @@ impl Controller {
             }
             (Err(rejection), _) => {
                 counters.queries_rejected.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(topic = %m.topic, code = %rejection.error.code, "Question refused");
+                tracing::debug!(topic = %log_safe(&m.topic, 256), code = %rejection.error.code, "Question refused");
                 match (rejection.id, &response_topic) {
                     (Some(id), _) => {
                         publisher.answer_error(&reply_for(&id), rejection.error);
