@@ -212,7 +212,7 @@ impl Default for MqttConfig {
             tls: TlsFiles::default(),
             keep_alive: Duration::from_secs(30),
             retry_initial: Duration::from_millis(500),
-            retry_max: Duration::from_secs(30),
+            retry_max: Duration::from_secs(5),
             outbox_capacity: 1000,
             outbox_when_full: WhenFull::DropOldest,
             query_max_bytes: 16 * 1024,
