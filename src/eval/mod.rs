@@ -91,9 +91,8 @@ pub struct QuestionSet {
 struct ClipLine {
     clip: String,
     file: PathBuf,
-    // The truth of a scene (engines/scenes/scenes.py writes it); not needed to score.
-    #[serde(flatten)]
-    _truth: BTreeMap<String, serde_json::Value>,
+    // The rest of a line (the scene's truth, engines/scenes/scenes.py) is not needed to score
+    // and is ignored.
 }
 
 #[derive(Deserialize)]

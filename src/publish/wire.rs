@@ -115,7 +115,7 @@ pub fn build(o: &ConnectOptions) -> (WireClient, WireLoop) {
     let connect_secs = o.connect_timeout.as_secs().max(1);
     match o.protocol {
         MqttProtocol::V311 => {
-            let guard = o.guard.then(|| {
+            let guard = o.guard.then_some(()).and_then(|()| {
                 let upstream = guard::Upstream {
                     host: o.host.clone(),
                     port: o.port,
@@ -128,7 +128,6 @@ pub fn build(o: &ConnectOptions) -> (WireClient, WireLoop) {
                     })
                     .ok()
             });
-            let guard = guard.flatten();
             let mut opts = match &guard {
                 Some(g) => rumqttc::MqttOptions::new(
                     &o.client_id,
