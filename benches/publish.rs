@@ -133,6 +133,7 @@ fn narration(n: u32) -> Narration {
         generated_tokens: 60,
         first_token_ms: 180.0,
         total_ms: 900.0,
+        incomplete: false,
     }
 }
 

@@ -128,6 +128,8 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                 };
                 let code = serde_json::to_value(StatusMessage {
                     report: &report,
+                    instance: "",
+                    started: 0.0,
                     ts: 0.0,
                 })
                 .unwrap();

@@ -65,6 +65,7 @@ fn narration(n: u32) -> Narration {
         generated_tokens: 5,
         first_token_ms: 10.0,
         total_ms: 30.0,
+        incomplete: false,
     }
 }
 

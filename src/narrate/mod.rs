@@ -218,6 +218,8 @@ pub struct Generated {
     pub total: Duration,
     /// Why generation stopped.
     pub stop: StopReason,
+    /// `cancel` ended it before the model stopped (shutdown): the text is partial.
+    pub cut: bool,
 }
 
 /// Generates a narration on a fork of the live cache, calling `on_delta` with each piece of text;
@@ -248,8 +250,8 @@ pub fn generate_narration(
         ..GenerateOptions::default()
     };
     let d = generator.start(&live.cache, &prompt, &opts)?;
-    // A cut narration (shutdown) is still published: what was said so far is true.
-    let g = d.run(cancel, &mut on_delta)?.generation;
+    let streamed = d.run(cancel, &mut on_delta)?;
+    let (g, cut) = (streamed.generation, streamed.cut);
     let total = started.elapsed();
     Ok(Generated {
         text: g.text,
@@ -258,6 +260,7 @@ pub fn generate_narration(
         first_token: g.first_token_time.unwrap_or(total),
         total,
         stop: g.stop,
+        cut,
     })
 }
 

@@ -47,6 +47,10 @@ pub struct Narration {
     pub first_token_ms: f64,
     /// Milliseconds from the request to the last token.
     pub total_ms: f64,
+    /// The runtime stopped while it was being generated: `text` is what was said until then.
+    /// (One cut before any text is not published.)
+    #[serde(default)]
+    pub incomplete: bool,
 }
 
 /// Start or end of activity.

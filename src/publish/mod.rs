@@ -17,7 +17,7 @@ mod wire;
 
 pub use outbox::{OutboxStats, Pushed};
 pub use payload::{
-    AnswerMessage, Chunk, ErrorNotice, ErrorReply, StatusMessage, unix_now, unix_secs,
+    AnswerMessage, Chunk, ErrorNotice, ErrorReply, Instance, StatusMessage, unix_now, unix_secs,
 };
 pub use publisher::{
     AnswerStream, NarrationStream, PublishStats, Publisher, QueryRequest, ReplyTo,

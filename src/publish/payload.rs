@@ -53,14 +53,55 @@ pub struct ErrorNotice {
     pub ts: f64,
 }
 
-/// The retained status of a camera: its [`CameraReport`] plus the time it was taken.
+/// The retained status of a camera: its [`CameraReport`], the time it was taken and the run of
+/// the runtime that took it (so a consumer can tell a stale status after a crash).
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusMessage<'a> {
     /// The report (flattened: `camera`, `state`, `fps_in`, …).
     #[serde(flatten)]
     pub report: &'a CameraReport,
+    /// Which run published it (drawn at random at start).
+    pub instance: &'a str,
+    /// When that run started (Unix seconds).
+    pub started: f64,
     /// When (Unix seconds).
     pub ts: f64,
+}
+
+/// One run of the runtime: a random id drawn when the publisher starts and the start time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Instance {
+    /// 16 hex digits.
+    pub id: String,
+    /// Unix seconds.
+    pub started: f64,
+}
+
+impl Instance {
+    /// A new run, now.
+    pub fn new() -> Instance {
+        use std::hash::{BuildHasher, Hasher};
+        // std's RandomState is seeded from the OS's random source once per process; the pid and
+        // the time make two runs in one process (tests) differ too.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        Instance {
+            id: format!("{:016x}", h.finish()),
+            started: unix_now(),
+        }
+    }
+}
+
+impl Default for Instance {
+    fn default() -> Self {
+        Instance::new()
+    }
 }
 
 /// A message on an answer topic, as a client reads it.

@@ -2,7 +2,7 @@
 //! returns: nothing here waits on the network (a `std` mutex is held for the push only).
 
 use super::outbox::{Class, Message, Outbox, OutboxStats, Pushed};
-use super::payload::{Chunk, ErrorReply, StatusMessage, unix_now};
+use super::payload::{Chunk, ErrorReply, Instance, StatusMessage, unix_now};
 use super::topics::Topics;
 use crate::narrate::{ChangeEvent, Narration};
 use crate::query::{Answer, CameraDirectory, Deltas, QueryError, QueryLimits, ValidQuery};
@@ -100,6 +100,7 @@ pub(crate) struct Shared {
     pub limits: QueryLimits,
     pub counters: Counters,
     pub last_error: Mutex<Option<String>>,
+    pub instance: Instance,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -139,6 +140,7 @@ impl Publisher {
                 limits,
                 counters: Counters::default(),
                 last_error: Mutex::new(None),
+                instance: Instance::new(),
             }),
         }
     }
@@ -203,8 +205,11 @@ impl Publisher {
 
     /// The retained status of a camera; the latest one is sent now and again after a reconnect.
     pub fn status(&self, report: &CameraReport) {
+        let instance = &self.shared.instance;
         let body = json(&StatusMessage {
             report,
+            instance: &instance.id,
+            started: instance.started,
             ts: unix_now(),
         });
         self.set_retained(self.shared.topics.status(&report.camera), Some(body));
@@ -250,6 +255,11 @@ impl Publisher {
             id: id.into(),
             seq: 0,
         }
+    }
+
+    /// This run of the runtime, as the status messages name it.
+    pub fn instance(&self) -> &Instance {
+        &self.shared.instance
     }
 
     /// Whether the broker connection is up.

@@ -14,6 +14,7 @@
 //! [`LOAD_HOLD`]) for it. A reload during the load applies to the cameras at once; the watches
 //! follow the reloaded cameras when the model is there.
 
+mod changes;
 mod questions;
 mod report;
 mod watches;
@@ -25,7 +26,7 @@ use crate::config::{BrokerChoice, Config, ProcessorGeometry};
 use crate::engine::Engines;
 use crate::publish::{self, Connection, Endpoint, Publisher, StartOptions, Topics};
 use crate::query::{CameraDirectory, QueryService};
-use crate::supervisor::{RateMeter, ReloadSummary, Supervisor};
+use crate::supervisor::{CameraState, RateMeter, ReloadSummary, Supervisor};
 use crate::telemetry::{control, metrics};
 use crate::watch::Outputs;
 use std::collections::HashMap;
@@ -44,6 +45,9 @@ const STOP_BOUND: Duration = Duration::from_secs(10);
 
 /// At shutdown, time allowed to deliver what the outbox holds and `offline`.
 const MQTT_FLUSH_BOUND: Duration = Duration::from_secs(3);
+
+/// The `reason` of every camera's last retained status after a clean stop.
+pub const STOPPED_REASON: &str = "edgevlm stopped";
 
 /// Where the model stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +115,7 @@ impl Runtime {
             None,
             None,
             &clock,
+            &|_| false,
             false,
         ));
         let (reports_tx, reports_rx) = watch::channel(first);
@@ -177,6 +182,7 @@ impl Runtime {
             service: service_tx,
             control_socket,
             servers,
+            changes: changes::Changes::new(),
         };
         let task = tokio::spawn(control.run(load, commands_rx));
         Ok(Running {
@@ -267,6 +273,8 @@ struct Control {
     service: watch::Sender<Option<crate::query::QueryService>>,
     control_socket: Option<PathBuf>,
     servers: Vec<JoinHandle<()>>,
+    /// Camera state changes, published when they happen.
+    changes: changes::Changes,
 }
 
 type Loaded = Result<(Arc<Engines>, usize), String>;
@@ -276,6 +284,7 @@ impl Control {
         let mut ticker = tokio::time::interval(self.config.runtime.status_interval);
         ticker.tick().await;
         let mut loading = true;
+        self.changes.follow(&self.supervisor);
         loop {
             tokio::select! {
                 loaded = &mut load, if loading => {
@@ -300,6 +309,7 @@ impl Control {
                     Some(Command::Shutdown) | None => break,
                 },
                 _ = ticker.tick() => self.report(),
+                changed = self.changes.next() => self.report_changed(&changed),
             }
         }
         if loading {
@@ -340,6 +350,7 @@ impl Control {
         new.engine = self.config.engine.clone();
         new.mqtt = self.config.mqtt.clone();
         let s = self.supervisor.reload(&new, STOP_BOUND).await;
+        self.changes.follow(&self.supervisor);
         if let Some(w) = &mut self.watches {
             w.sync(&self.supervisor).await;
             let _ = self.memories.send(w.memories());
@@ -363,13 +374,23 @@ impl Control {
     /// Takes every camera's report: logged, published as retained status, and kept for the
     /// control socket.
     fn report(&mut self) {
+        self.take_reports(&|_| true, true);
+    }
+
+    /// A camera's state changed: its report is logged and published now, every report is kept.
+    fn report_changed(&mut self, changed: &std::collections::BTreeSet<String>) {
+        self.take_reports(&|id| changed.contains(id), false);
+    }
+
+    fn take_reports(&mut self, emit: &dyn Fn(&str) -> bool, mqtt_line: bool) {
         let cameras = report::collect(
             &self.supervisor,
             &mut self.meters,
             self.watches.as_ref(),
             self.publisher.as_ref(),
             &self.clock,
-            true,
+            emit,
+            mqtt_line,
         );
         let taken = self.clock.now();
         self.reports.send_modify(|s| {
@@ -378,11 +399,29 @@ impl Control {
         });
     }
 
-    async fn stop(self) {
+    async fn stop(mut self) {
         // Generation first (it ends at its next token), then the cameras it reads from.
         let _ = self.service.send(None);
-        if let Some(w) = self.watches {
+        if let Some(w) = &mut self.watches {
             w.shutdown().await;
+        }
+        if let Some(publisher) = &self.publisher {
+            // The retained status tells the truth after a clean stop: every camera `stopped`,
+            // sent before `offline` (docs/MQTT.md, "Status").
+            let reports = report::collect(
+                &self.supervisor,
+                &mut self.meters,
+                self.watches.as_ref(),
+                None,
+                &self.clock,
+                &|_| false,
+                false,
+            );
+            for mut r in reports {
+                r.state = CameraState::Stopped;
+                r.reason = Some(STOPPED_REASON.into());
+                publisher.status(&r);
+            }
         }
         self.supervisor.shutdown(STOP_BOUND).await;
         if let Some(connection) = self.connection {

@@ -9,21 +9,23 @@ use crate::supervisor::{CameraReport, RateMeter, Supervisor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Each camera's report; with `emit`, logged and published as a retained status message.
+/// Each camera's report; those `emit` names are logged and published as retained status
+/// messages; with `mqtt_line`, the MQTT side's line is logged too.
 pub(super) fn collect(
     supervisor: &Supervisor,
     meters: &mut HashMap<String, RateMeter>,
     watches: Option<&Watches>,
     publisher: Option<&Publisher>,
     clock: &Clock,
-    emit: bool,
+    emit: &dyn Fn(&str) -> bool,
+    mqtt_line: bool,
 ) -> Vec<CameraReport> {
     let mut reports = Vec::with_capacity(supervisor.cameras().len());
     for cam in supervisor.cameras() {
         let meter = meters.entry(cam.id().to_string()).or_default();
         let mut r = CameraReport::collect(cam, meter, clock.now());
         r.memory = watches.and_then(|w| w.memory(cam.id())).map(|m| m.report());
-        if emit {
+        if emit(&r.camera) {
             tracing::info!(target: "status", "{}", r.line());
             if let Some(publisher) = publisher {
                 publisher.status(&r);
@@ -31,8 +33,8 @@ pub(super) fn collect(
         }
         reports.push(r);
     }
-    if emit && let Some(publisher) = publisher {
-        tracing::info!(target: "status", "{}", mqtt_line(&publisher.stats()));
+    if mqtt_line && let Some(publisher) = publisher {
+        tracing::info!(target: "status", "{}", self::mqtt_line(&publisher.stats()));
     }
     reports
 }

@@ -203,7 +203,7 @@ impl Watches {
     }
 
     /// Ends generation in progress and stops every worker.
-    pub(super) async fn shutdown(mut self) {
+    pub(super) async fn shutdown(&mut self) {
         self.service.cancel_all();
         let workers: Vec<WatchWorker> = self.workers.drain().map(|(_, w)| w).collect();
         stop_all(workers, STOP_BOUND).await;

@@ -470,6 +470,12 @@ impl CameraWatch {
                 return;
             }
         };
+        if g.cut && g.text.trim().is_empty() {
+            // Stopped before it said anything: nothing true to publish. (Its chunks, if any,
+            // were whitespace; the stream ends without a final message.)
+            tracing::info!(camera = %camera, "Narration cut off by the stop before any text; not published");
+            return;
+        }
         let stats = self.stats();
         WatchStats::bump(&stats.narrations);
         stats.narration_first_token.observe(g.first_token);
@@ -489,6 +495,7 @@ impl CameraWatch {
             generated_tokens: g.generated_tokens as u32,
             first_token_ms: g.first_token.as_secs_f64() * 1e3,
             total_ms: g.total.as_secs_f64() * 1e3,
+            incomplete: g.cut,
         };
         tracing::info!(
             target: "narration",

@@ -1,0 +1,184 @@
+//! Retained state tells the truth (docs/MQTT.md, "Status"): a camera's state changes are
+//! published when they happen, not on the status timer (here an hour); a clean stop leaves every
+//! camera `stopped`, sent before `offline`; every status names the run that published it.
+//! In process, on Mosquitto, with a real RTSP camera frozen with SIGSTOP.
+
+mod common;
+
+use common::ChildCamera;
+use common::mqtt::{Mosquitto, Received, Subscriber};
+use edgevlm::config::Config;
+use edgevlm::runtime::{Runtime, RuntimeOptions, STOPPED_REASON};
+use std::time::Duration;
+
+/// A failure bound only: every wait ends as soon as its message comes.
+const BOUND: Duration = Duration::from_secs(60);
+
+fn states(m: &[Received]) -> Vec<String> {
+    m.iter()
+        .filter(|r| r.topic == "edgevlm/hung/status")
+        .map(|r| r.json()["state"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_changes_are_published_when_they_happen_and_a_clean_stop_leaves_stopped() {
+    let broker = Mosquitto::start();
+    let camera = ChildCamera::spawn(0);
+    let state = std::env::temp_dir().join(format!("edgevlm-retained-{}", std::process::id()));
+    // The status timer never fires during the test: everything published is a change.
+    let text = format!(
+        "[runtime]\nstatus_interval_secs = 3600\nstate_dir = \"{}\"\n\
+         [engine]\nenabled = false\n\
+         [mqtt]\nbroker = \"{}\"\nretry_initial_secs = 0.1\nretry_max_secs = 0.5\n\
+         [[cameras]]\nid = \"hung\"\nuri = \"{}\"\nsample_fps = 2\nstall_secs = 2\n\
+         retry_initial_secs = 0.5\nretry_max_secs = 1\n",
+        state.display(),
+        broker.url(),
+        camera.url()
+    );
+    let config = Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"));
+    let w = Subscriber::start(broker.port, &["edgevlm/available", "edgevlm/hung/status"]).await;
+    let rt = Runtime::start(config, RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+
+    let running = |m: &[Received]| states(m).iter().any(|s| s == "running");
+    assert!(w.wait(BOUND, running).await, "{:?}", w.messages());
+
+    // A freeze: the watchdog restarts the camera after stall_secs; thawed, it runs again. Both
+    // changes are published although the timer is an hour.
+    camera.freeze();
+    let retrying = |m: &[Received]| {
+        m.iter().any(|r| {
+            r.topic == "edgevlm/hung/status"
+                && r.json()["state"] == "retrying"
+                && r.json()["reason"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("stalled"))
+        })
+    };
+    assert!(w.wait(BOUND, retrying).await, "{:?}", states(&w.messages()));
+    camera.thaw();
+    let back = |m: &[Received]| {
+        let s = states(m);
+        s.iter()
+            .position(|s| s == "retrying")
+            .is_some_and(|i| s[i..].iter().any(|s| s == "running"))
+    };
+    assert!(w.wait(BOUND, back).await, "{:?}", states(&w.messages()));
+
+    // A clean stop: `stopped` (retained), then `offline`.
+    rt.shutdown().await;
+    let offline = |m: &[Received]| {
+        m.iter()
+            .any(|r| r.topic == "edgevlm/available" && r.text == "offline")
+    };
+    assert!(w.wait(BOUND, offline).await, "{:?}", w.messages());
+    let all = w.messages();
+    let at_offline = all
+        .iter()
+        .position(|r| r.topic == "edgevlm/available" && r.text == "offline")
+        .unwrap();
+    let statuses: Vec<&Received> = all[..at_offline]
+        .iter()
+        .filter(|r| r.topic == "edgevlm/hung/status")
+        .collect();
+    let last = statuses.last().expect("a status before offline").json();
+    assert_eq!(last["state"], "stopped", "{last}");
+    assert_eq!(last["reason"], STOPPED_REASON, "{last}");
+    // One run published them all, and says when it started.
+    let instance = last["instance"].as_str().unwrap().to_string();
+    assert_eq!(instance.len(), 16, "{last}");
+    for s in &statuses {
+        let j = s.json();
+        assert_eq!(j["instance"], instance.as_str(), "{j}");
+        assert!(
+            j["started"].as_f64().unwrap() <= j["ts"].as_f64().unwrap(),
+            "{j}"
+        );
+    }
+
+    // What a consumer that connects later is told.
+    let late = Subscriber::start(broker.port, &["edgevlm/available", "edgevlm/hung/status"]).await;
+    assert!(
+        late.wait(BOUND, |m| m.len() >= 2).await,
+        "{:?}",
+        late.messages()
+    );
+    let status = late.on("edgevlm/hung/status");
+    assert!(status[0].retain, "{status:?}");
+    assert_eq!(status[0].json()["state"], "stopped");
+    assert_eq!(late.on("edgevlm/available")[0].text, "offline");
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narration_cut_by_the_stop_is_marked_incomplete() {
+    let broker = Mosquitto::start();
+    let state = std::env::temp_dir().join(format!("edgevlm-cut-{}", std::process::id()));
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+    // Long narrations (the tiny model rarely ends its turn), one a second.
+    let text = format!(
+        "[runtime]\nstatus_interval_secs = 1\nstate_dir = \"{}\"\n\
+         [engine]\nmodel_dir = \"{}\"\nthreads = 1\n\
+         [mqtt]\nbroker = \"{}\"\n\
+         [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nsample_fps = 2\nwindow_secs = 10\n\
+         narrate = [\"interval\"]\nnarrate_interval_secs = 1\nnarrate_max_tokens = 4096\n",
+        state.display(),
+        model.display(),
+        broker.url(),
+    );
+    let config = Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"));
+    let w = Subscriber::start(
+        broker.port,
+        &[
+            "edgevlm/door/narration",
+            "edgevlm/door/narration/stream",
+            "edgevlm/available",
+        ],
+    )
+    .await;
+    let rt = Runtime::start(config, RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    // A narration has begun (a chunk) and not ended (no final message with its id).
+    let in_progress = |m: &[Received]| -> Option<String> {
+        let started: Vec<String> = m
+            .iter()
+            .filter(|r| r.topic == "edgevlm/door/narration/stream")
+            .filter_map(|r| r.json()["id"].as_str().map(String::from))
+            .collect();
+        let ended: Vec<String> = m
+            .iter()
+            .filter(|r| r.topic == "edgevlm/door/narration")
+            .filter_map(|r| r.json()["id"].as_str().map(String::from))
+            .collect();
+        started.into_iter().rev().find(|id| !ended.contains(id))
+    };
+    assert!(
+        w.wait(BOUND, |m| in_progress(m).is_some()).await,
+        "{:?}",
+        w.messages()
+    );
+    let cut = in_progress(&w.messages()).unwrap();
+    rt.shutdown().await;
+    let offline = |m: &[Received]| m.iter().any(|r| r.text == "offline");
+    assert!(w.wait(BOUND, offline).await, "{:?}", w.messages());
+    let narrations: Vec<serde_json::Value> = w
+        .on("edgevlm/door/narration")
+        .iter()
+        .map(Received::json)
+        .collect();
+    // Every narration published says something; only the one the stop cut is incomplete.
+    for n in &narrations {
+        assert!(!n["text"].as_str().unwrap().trim().is_empty(), "{n}");
+        let expected = n["id"] == cut.as_str();
+        assert_eq!(n["incomplete"], expected, "{n} (cut: {cut})");
+    }
+    assert!(
+        narrations.iter().any(|n| n["id"] == cut.as_str()),
+        "the cut narration had text and was not published: {narrations:?}"
+    );
+    let _ = std::fs::remove_dir_all(&state);
+}
