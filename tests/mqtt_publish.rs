@@ -29,14 +29,10 @@ fn config(client_id: &str) -> MqttConfig {
     }
 }
 
-fn start(cfg: &MqttConfig, port: u16) -> (Publisher, Connection) {
+fn start(cfg: &MqttConfig, endpoint: Endpoint) -> (Publisher, Connection) {
     let cameras = CameraDirectory::new([("door".to_string(), Duration::from_secs(60))]);
-    let (publisher, queries, connection) = publish::start(
-        cfg,
-        Endpoint::plain("127.0.0.1", port),
-        cameras,
-        StartOptions::default(),
-    );
+    let (publisher, queries, connection) =
+        publish::start(cfg, endpoint, cameras, StartOptions::default());
     drop(queries);
     (publisher, connection)
 }
@@ -47,6 +43,16 @@ fn embedded() -> EmbeddedBroker {
         users: Vec::new(),
     };
     EmbeddedBroker::start(&cfg, &Topics::new("edgevlm"), "unused").unwrap()
+}
+
+/// `e` reached through another port (a relay in front of it), with the same login.
+fn via(e: &Endpoint, port: u16) -> Endpoint {
+    Endpoint { port, ..e.clone() }
+}
+
+/// The login of an endpoint, as a subscriber takes it.
+fn login_of(e: &Endpoint) -> Option<(&str, &str)> {
+    e.login.as_ref().map(|(u, p)| (u.as_str(), p.expose()))
 }
 
 fn narration(n: u32) -> Narration {
@@ -126,7 +132,10 @@ fn first_occurrences(ids: &[u32]) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn availability_is_online_while_connected_and_offline_after_a_clean_shutdown() {
     let broker = Mosquitto::start();
-    let (publisher, connection) = start(&config("avail-clean"), broker.port);
+    let (publisher, connection) = start(
+        &config("avail-clean"),
+        Endpoint::plain("127.0.0.1", broker.port),
+    );
     let w = Subscriber::start(broker.port, &["edgevlm/available"]).await;
     assert!(
         w.wait(Duration::from_secs(30), |m| m
@@ -149,9 +158,14 @@ async fn availability_is_online_while_connected_and_offline_after_a_clean_shutdo
     );
 }
 
-async fn will_then_online_again(name: &str, broker_port: u16) {
-    let relay = Relay::start(broker_port).await;
-    let (_publisher, _connection) = start(&config(&format!("will-{name}")), relay.port);
+/// The publisher reaches the broker at `publish_to` through a relay; the watcher connects to
+/// `broker_port` (the embedded broker's public port: the runtime itself uses an internal one).
+async fn will_then_online_again(name: &str, publish_to: Endpoint, broker_port: u16) {
+    let relay = Relay::start(publish_to.port).await;
+    let (_publisher, _connection) = start(
+        &config(&format!("will-{name}")),
+        via(&publish_to, relay.port),
+    );
     let w = Subscriber::start(broker_port, &["edgevlm/available"]).await;
     let texts = |m: &[common::mqtt::Received]| m.iter().map(|m| m.text.clone()).collect::<Vec<_>>();
     assert!(
@@ -183,17 +197,27 @@ async fn will_then_online_again(name: &str, broker_port: u16) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_connection_fires_the_last_will_and_online_returns_after_reconnect() {
     let mosquitto = Mosquitto::start();
-    will_then_online_again("mosquitto", mosquitto.port).await;
+    let plain = Endpoint::plain("127.0.0.1", mosquitto.port);
+    will_then_online_again("mosquitto", plain, mosquitto.port).await;
     let embedded = embedded();
-    will_then_online_again("embedded", embedded.listen().port()).await;
+    will_then_online_again(
+        "embedded",
+        embedded.runtime_endpoint(),
+        embedded.listen().port(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn camera_status_is_retained_for_a_late_subscriber() {
     let mosquitto = Mosquitto::start();
     let emb = embedded();
-    for port in [mosquitto.port, emb.listen().port()] {
-        let (publisher, _connection) = start(&config(&format!("status-{port}")), port);
+    let brokers = [
+        (Endpoint::plain("127.0.0.1", mosquitto.port), mosquitto.port),
+        (emb.runtime_endpoint(), emb.listen().port()),
+    ];
+    for (endpoint, port) in brokers {
+        let (publisher, _connection) = start(&config(&format!("status-{port}")), endpoint.clone());
         publisher.status(&report("door"));
         publisher.status(&report("yard"));
         let mut second = report("door");
@@ -222,7 +246,9 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
         // Fence, as above: the broker has processed the clearing once this one is acknowledged.
         publisher.narration(&narration(2));
         delivered(&publisher, 2, port).await;
-        let later = Subscriber::start(port, &["edgevlm/+/status"]).await;
+        // (It publishes under the prefix: on the embedded broker only the runtime's login may.)
+        let later =
+            Subscriber::start_as(endpoint.port, &["edgevlm/+/status"], login_of(&endpoint)).await;
         // Fence on the subscriber's side: the broker sends the retained messages of a new
         // subscription before anything published on its filter afterwards, so once this marker
         // (published after the SUBACK, not retained) is in, every retained status has arrived.
@@ -260,7 +286,10 @@ async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_re
     // The relay holds the publisher off until the watcher has re-subscribed to the restarted
     // broker (which, without persistence, forgot every session and subscription).
     let relay = Relay::start(broker.port).await;
-    let (publisher, _connection) = start(&config("outage-mosq"), relay.port);
+    let (publisher, _connection) = start(
+        &config("outage-mosq"),
+        Endpoint::plain("127.0.0.1", relay.port),
+    );
     let w = Subscriber::start(broker.port, &["edgevlm/+/narration"]).await;
     for n in 0..10 {
         publisher.narration(&narration(n));
@@ -335,8 +364,9 @@ async fn narrations_produced_while_mosquitto_is_down_arrive_in_order_after_it_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn narrations_produced_while_the_embedded_broker_is_unreachable_arrive_in_order() {
     let broker = embedded();
-    let relay = Relay::start(broker.listen().port()).await;
-    let (publisher, _connection) = start(&config("outage-emb"), relay.port);
+    let internal = broker.runtime_endpoint();
+    let relay = Relay::start(internal.port).await;
+    let (publisher, _connection) = start(&config("outage-emb"), via(&internal, relay.port));
     let w = Subscriber::start(broker.listen().port(), &["edgevlm/+/narration"]).await;
     assert!(common::wait_until(Duration::from_secs(30), || publisher.is_connected()).await);
     for n in 0..5 {
@@ -383,7 +413,7 @@ async fn past_the_outbox_bound_drops_are_counted_and_the_policy_decides_which() 
         let mut cfg = config(&format!("bound-{policy}"));
         cfg.outbox_capacity = 5;
         cfg.outbox_when_full = policy;
-        let (publisher, _connection) = start(&cfg, relay.port);
+        let (publisher, _connection) = start(&cfg, Endpoint::plain("127.0.0.1", relay.port));
         for n in 0..8 {
             publisher.narration(&narration(n));
         }

@@ -1,20 +1,22 @@
 //! The embedded broker (`mqtt.broker = "embedded"`): rumqttd in-process, loopback only.
 //!
 //! rumqttd 0.20 authenticates at CONNECT only (a static user map or an async handler of
-//! `(client id, user, password)`); it has no per-topic ACL, and it does not tell a subscriber who
-//! published a message. So "only some users may ask questions" cannot be enforced inside rumqttd
-//! nor by the runtime as a subscriber. When `[[mqtt.users]]` are configured, a small gate (see
-//! `gate.rs`) listens on `mqtt.listen` instead: it authenticates each client itself, checks every
-//! PUBLISH topic (and the will topic) against the user's rights, and relays the connection to
-//! rumqttd on an internal loopback port that only the gate and the runtime can log in to (a random
-//! password made at start). Without users, rumqttd listens on `mqtt.listen` itself and every local
-//! process may connect, subscribe and ask.
+//! `(client id, user, password)`); it has no per-topic ACL, it does not tell a subscriber who
+//! published a message, and it bounds neither sockets that never send CONNECT nor connections per
+//! user. So a small gate (see `gate.rs`) listens on `mqtt.listen`: it admits clients within
+//! bounds, authenticates them when `[[mqtt.users]]` are configured, checks every PUBLISH topic
+//! (and the will topic) against the user's rights, and relays the connection to rumqttd on an
+//! internal loopback port that only the gate and the runtime can log in to (a random password
+//! made at start). Without users every local process may connect, subscribe and ask, within the
+//! gate's bounds; nobody but edgevlm publishes under the topic prefix either way.
 //!
 //! rumqttd has no shutdown API: the broker lives as long as the process.
 
 mod gate;
 
-use crate::config::{EmbeddedConfig, Secret};
+pub use gate::{ASKER_RESERVE, CONNECT_TIMEOUT, GateCounters, MAX_PENDING};
+
+use crate::config::{EMBEDDED_MAX_CLIENTS, EmbeddedConfig, Secret};
 use crate::publish::{Endpoint, MAX_INCOMING_BYTES, Topics};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
@@ -58,11 +60,12 @@ pub struct EmbeddedBroker {
     listen: SocketAddr,
     runtime_endpoint: Endpoint,
     gated: bool,
+    counters: std::sync::Arc<GateCounters>,
 }
 
 impl EmbeddedBroker {
-    /// Starts rumqttd (and the gate when users are configured); returns once clients can connect.
-    /// Must be called inside a tokio runtime when users are configured (the gate runs on it).
+    /// Starts rumqttd and the gate in front of it; returns once clients can connect. Must be
+    /// called inside a tokio runtime (the gate runs on it).
     pub fn start(
         cfg: &EmbeddedConfig,
         topics: &Topics,
@@ -71,10 +74,10 @@ impl EmbeddedBroker {
         let listen = cfg.listen;
         // Bind first, so a taken port is a clear startup error instead of a log line from a
         // broker thread (rumqttd cannot report the port it bound, or failing to bind).
-        let mut public = Some(TcpListener::bind(listen).map_err(|e| BrokerError::Listen {
+        let public = TcpListener::bind(listen).map_err(|e| BrokerError::Listen {
             addr: listen,
             reason: e.to_string(),
-        })?);
+        })?;
         let mut users = Vec::with_capacity(cfg.users.len());
         for (index, u) in cfg.users.iter().enumerate() {
             let password = u.password.load().map_err(|reason| BrokerError::Password {
@@ -86,10 +89,10 @@ impl EmbeddedBroker {
                 name: u.name.clone(),
                 password,
                 ask: u.ask,
+                max_connections: u.max_connections,
             });
         }
-        let gated = !users.is_empty();
-        let (broker_addr, login) = if gated {
+        let (broker_addr, login) = {
             let internal =
                 TcpListener::bind((listen.ip(), 0)).map_err(|e| BrokerError::Listen {
                     addr: SocketAddr::new(listen.ip(), 0),
@@ -99,9 +102,7 @@ impl EmbeddedBroker {
                 .local_addr()
                 .map_err(|e| BrokerError::Start(e.to_string()))?;
             drop(internal);
-            (addr, Some((INTERNAL_USER.to_string(), random_secret()?)))
-        } else {
-            (listen, None)
+            (addr, (INTERNAL_USER.to_string(), random_secret()?))
         };
         let mut settings = rumqttd::ServerSettings {
             name: "mqtt-broker-v4".into(),
@@ -117,14 +118,15 @@ impl EmbeddedBroker {
                 dynamic_filters: true,
             },
         };
-        if let Some((user, pass)) = &login {
-            settings.connections.auth =
-                Some(HashMap::from([(user.clone(), pass.expose().to_string())]));
-        }
+        settings.connections.auth = Some(HashMap::from([(
+            login.0.clone(),
+            login.1.expose().to_string(),
+        )]));
         let config = rumqttd::Config {
             id: 0,
             router: rumqttd::RouterConfig {
-                max_connections: 256,
+                // The gate's clients, the runtime itself and its `ask` clients fit.
+                max_connections: EMBEDDED_MAX_CLIENTS + 8,
                 max_outgoing_packet_count: 200,
                 max_segment_size: 2 * MAX_INCOMING_BYTES,
                 max_segment_count: 4,
@@ -136,10 +138,6 @@ impl EmbeddedBroker {
             ..Default::default()
         };
         let mut broker = rumqttd::Broker::new(config);
-        if !gated {
-            // rumqttd binds the address itself.
-            public = None;
-        }
         std::thread::Builder::new()
             .name("mqtt-broker".into())
             .spawn(move || {
@@ -152,25 +150,28 @@ impl EmbeddedBroker {
         let runtime_endpoint = Endpoint {
             host: broker_addr.ip().to_string(),
             port: broker_addr.port(),
-            login: login.clone(),
+            login: Some(login.clone()),
             tls: None,
         };
-        let login = login.filter(|_| gated);
-        if let (Some(public), Some(internal)) = (public, login) {
-            public
-                .set_nonblocking(true)
-                .map_err(|e| BrokerError::Start(e.to_string()))?;
-            let listener = tokio::net::TcpListener::from_std(public)
-                .map_err(|e| BrokerError::Start(e.to_string()))?;
-            let gate = gate::Gate {
-                users,
-                upstream: broker_addr,
-                internal,
-                topics: topics.clone(),
-                runtime_client_id: runtime_client_id.to_string(),
-            };
-            tokio::spawn(gate::serve(listener, std::sync::Arc::new(gate)));
-        }
+        public
+            .set_nonblocking(true)
+            .map_err(|e| BrokerError::Start(e.to_string()))?;
+        let listener = tokio::net::TcpListener::from_std(public)
+            .map_err(|e| BrokerError::Start(e.to_string()))?;
+        let gated = !users.is_empty();
+        let gate = gate::Gate {
+            users,
+            upstream: broker_addr,
+            internal: login,
+            topics: topics.clone(),
+            runtime_client_id: runtime_client_id.to_string(),
+        };
+        let counters = std::sync::Arc::new(GateCounters::default());
+        tokio::spawn(gate::serve(
+            listener,
+            std::sync::Arc::new(gate),
+            counters.clone(),
+        ));
         tracing::info!(
             listen = %listen,
             users = cfg.users.len(),
@@ -180,6 +181,7 @@ impl EmbeddedBroker {
             listen,
             runtime_endpoint,
             gated,
+            counters,
         })
     }
 
@@ -193,9 +195,14 @@ impl EmbeddedBroker {
         self.runtime_endpoint.clone()
     }
 
-    /// Whether clients go through the gate (users configured).
+    /// Whether clients must log in (users configured).
     pub fn gated(&self) -> bool {
         self.gated
+    }
+
+    /// What the gate refused or closed so far.
+    pub fn counters(&self) -> std::sync::Arc<GateCounters> {
+        self.counters.clone()
     }
 }
 

@@ -13,8 +13,8 @@ mod watch;
 pub use decode::{ConfigError, ConfigErrors};
 pub use engine::{EngineConfig, ProviderKind, TensorRtSettings};
 pub use mqtt::{
-    BrokerChoice, BrokerUser, EmbeddedConfig, MqttConfig, MqttProtocol, TlsFiles, WhenFull,
-    check_topic_prefix,
+    BrokerChoice, BrokerUser, EMBEDDED_MAX_CLIENTS, EmbeddedConfig, MqttConfig, MqttProtocol,
+    TlsFiles, USER_MAX_CONNECTIONS, WhenFull, check_topic_prefix,
 };
 pub use pipeline::Template;
 pub use prune::{ParsePruneModeError, PruneMode, PruneParams};

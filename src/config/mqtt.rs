@@ -198,7 +198,14 @@ pub struct BrokerUser {
     pub password: PasswordSource,
     /// Whether this user may publish questions.
     pub ask: bool,
+    /// Connections this user may hold at once through the embedded broker's gate.
+    pub max_connections: usize,
 }
+
+/// Default of `[[mqtt.users]] max_connections`.
+pub const USER_MAX_CONNECTIONS: usize = 16;
+/// Client connections the embedded broker's gate holds at most (every user together).
+pub const EMBEDDED_MAX_CLIENTS: usize = 256;
 
 impl Default for MqttConfig {
     fn default() -> Self {
@@ -592,6 +599,14 @@ fn decode_user(
     let name: Option<String> = u.opt("name", sink);
     let password = decode_password(&mut u, base_dir, sink);
     let ask = u.get("ask", false, sink);
+    let max_connections = bounded(
+        &mut u,
+        "max_connections",
+        USER_MAX_CONNECTIONS,
+        1,
+        EMBEDDED_MAX_CLIENTS as u32,
+        sink,
+    ) as usize;
     if u.has("password") {
         u.raw("password", sink);
         sink.error(
@@ -627,6 +642,7 @@ fn decode_user(
         name: name?,
         password: password?,
         ask,
+        max_connections,
     })
 }
 

@@ -120,7 +120,10 @@ impl Runtime {
         ));
         let (reports_tx, reports_rx) = watch::channel(first);
         let (model_tx, model_rx) = watch::channel(ModelStatus::Loading);
-        let mqtt = start_mqtt(&config, &clock)?;
+        let (mqtt, gate) = match start_mqtt(&config, &clock)? {
+            Some((m, gate)) => (Some(m), gate),
+            None => (None, None),
+        };
         let publisher = mqtt.as_ref().map(|m| m.0.clone());
         let (engines_tx, engines_rx) = watch::channel(None);
         let (memories_tx, memories_rx) = watch::channel(Vec::new());
@@ -135,6 +138,7 @@ impl Runtime {
                 metrics::Sources {
                     views: views_rx,
                     publisher: publisher.clone(),
+                    gate,
                     engines: engines_rx,
                     memories: memories_rx,
                 },
@@ -440,22 +444,25 @@ impl Control {
 /// The publisher, the valid questions it receives, and its connection.
 type Mqtt = (Publisher, mpsc::Receiver<publish::QueryRequest>, Connection);
 
+/// What the embedded broker's gate counts (`None` with an external broker).
+type GateCounters = Option<Arc<crate::broker::GateCounters>>;
+
 /// Starts the embedded broker (if configured) and the publisher.
-fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<Mqtt>> {
+fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<(Mqtt, GateCounters)>> {
     let m = &config.mqtt;
     if !m.enabled {
         tracing::info!("MQTT disabled (mqtt.enabled = false)");
         return Ok(None);
     }
-    let endpoint = match m.broker {
+    let (endpoint, gate) = match m.broker {
         BrokerChoice::Embedded => {
             let topics = Topics::new(m.topic_prefix.clone());
-            crate::broker::EmbeddedBroker::start(&m.embedded, &topics, &m.client_id)?
-                .runtime_endpoint()
+            let broker = crate::broker::EmbeddedBroker::start(&m.embedded, &topics, &m.client_id)?;
+            (broker.runtime_endpoint(), Some(broker.counters()))
         }
-        BrokerChoice::External { .. } => Endpoint::external(m)?,
+        BrokerChoice::External { .. } => (Endpoint::external(m)?, None),
     };
-    Ok(Some(publish::start(
+    let mqtt = publish::start(
         m,
         endpoint,
         CameraDirectory::from_config(config),
@@ -463,7 +470,8 @@ fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<Mqtt>> {
             clock: clock.clone(),
             ..StartOptions::default()
         },
-    )))
+    );
+    Ok(Some((mqtt, gate)))
 }
 
 /// `[vision.processor]` of the configured model's manifest (transformers-native VideoLLaMA3

@@ -297,6 +297,31 @@ pub fn render_publish(p: &PublishStats) -> String {
     out
 }
 
+/// Renders the embedded broker gate's counters (docs/MQTT.md, "Connection limits").
+pub fn render_gate(g: &crate::broker::GateCounters) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let rows = [
+        (
+            "edgevlm_mqtt_gate_refused_total",
+            "Logins refused by a connection limit of the embedded broker.",
+            g.refused_busy.load(Relaxed),
+        ),
+        (
+            "edgevlm_mqtt_gate_idle_closed_total",
+            "Sockets closed before their CONNECT (too slow, or a newer socket needed the slot).",
+            g.closed_idle.load(Relaxed),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, value) in rows {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+    out
+}
+
 /// Renders the engines' work per stage (vision, embed, prefill, decode) since they loaded.
 pub fn render_engine(s: &EngineStatsSnapshot) -> String {
     let stages = [
@@ -355,6 +380,8 @@ pub struct Sources {
     pub views: watch::Receiver<Vec<CameraView>>,
     /// The MQTT publisher, when MQTT is on.
     pub publisher: Option<Publisher>,
+    /// What the embedded broker's gate refused and closed (embedded broker only).
+    pub gate: Option<Arc<crate::broker::GateCounters>>,
     /// The engines, once loaded (they may load later, or never).
     pub engines: watch::Receiver<Option<Arc<Engines>>>,
     /// Each camera's memory, narration and answer statistics.
@@ -367,6 +394,7 @@ impl Sources {
         Sources {
             views,
             publisher: None,
+            gate: None,
             engines: watch::channel(None).1,
             memories: watch::channel(Vec::new()).1,
         }
@@ -377,6 +405,9 @@ impl Sources {
         let mut body = render_cameras(&self.views.borrow());
         if let Some(p) = &self.publisher {
             body.push_str(&render_publish(&p.stats()));
+        }
+        if let Some(g) = &self.gate {
+            body.push_str(&render_gate(g));
         }
         let engine_stats = self.engines.borrow().as_ref().map(|e| e.stats());
         if let Some(stats) = engine_stats {
