@@ -205,3 +205,52 @@ async fn users_are_bounded_and_askers_keep_their_share() {
     rt.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_asker_gets_only_the_answers_it_subscribed_to() {
+    // The gate subscribes per-id answer topics upstream as one `+` filter per camera (rumqttd
+    // keeps ~20 KiB for every distinct filter for ever) and passes on only the asked ids.
+    let dir = std::env::temp_dir().join(format!("edgevlm-answers-{}", std::process::id()));
+    let (port, metrics) = (free_port(), free_port());
+    let rt = start(&dir, port, metrics, "").await;
+    let a = Subscriber::start(port, &["edgevlm/door/answer/qa"]).await;
+    let b = Subscriber::start(port, &["edgevlm/door/answer/qb", "edgevlm/door/answer/qc"]).await;
+    let all = Subscriber::start(port, &["edgevlm/+/answer/+"]).await;
+    for id in ["qa", "qb", "qc", "qd"] {
+        a.publish(
+            "edgevlm/door/query",
+            serde_json::json!({"id": id, "question": "What is moving?"}).to_string(),
+        )
+        .await;
+    }
+    let topics = |s: &Subscriber| -> std::collections::BTreeSet<String> {
+        s.messages().into_iter().map(|m| m.topic).collect()
+    };
+    // The wildcard subscriber sees all four replies; once it has, the others have theirs.
+    assert!(
+        all.wait(BOUND, |m| m.len() >= 4).await,
+        "{:?}",
+        all.messages()
+    );
+    assert!(b.wait(BOUND, |m| m.len() >= 2).await, "{:?}", b.messages());
+    assert!(a.wait(BOUND, |m| !m.is_empty()).await, "{:?}", a.messages());
+    // A fence: a fifth question to `a`'s topic arrives after every earlier reply was routed.
+    a.publish(
+        "edgevlm/door/query",
+        serde_json::json!({"id": "qa", "question": "Again?"}).to_string(),
+    )
+    .await;
+    assert!(a.wait(BOUND, |m| m.len() >= 2).await, "{:?}", a.messages());
+    assert_eq!(topics(&a), ["edgevlm/door/answer/qa".to_string()].into());
+    assert_eq!(
+        topics(&b),
+        [
+            "edgevlm/door/answer/qb".to_string(),
+            "edgevlm/door/answer/qc".to_string()
+        ]
+        .into()
+    );
+    assert_eq!(topics(&all).len(), 4);
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -26,6 +26,7 @@
 //! server that does not authorize a PUBLISH either acknowledges it or closes the connection;
 //! closing makes the refusal visible to the client).
 
+use super::filters::Filters;
 use crate::base::log_safe;
 use crate::config::{EMBEDDED_MAX_CLIENTS, Secret};
 use crate::publish::{MAX_INCOMING_BYTES, Topics};
@@ -436,25 +437,72 @@ async fn relay(
     let _ = client.set_nodelay(true);
     upstream.write_all(&out).await.map_err(|e| e.to_string())?;
     let (mut client_rx, mut client_tx) = client.into_split();
-    let (mut up_rx, mut up_tx) = upstream.into_split();
+    let (mut up_rx, up_tx) = upstream.into_split();
+    // Both directions write upstream: the client's packets, and the gate's PUBACKs for answers
+    // it does not pass on.
+    let up_tx = tokio::sync::Mutex::new(up_tx);
+    let filters = Mutex::new(Filters::new(gate.topics.prefix()));
     let down = async {
-        let _ = tokio::io::copy(&mut up_rx, &mut client_tx).await;
-        Ok::<(), String>(())
+        let mut from_broker = BytesMut::with_capacity(4096);
+        loop {
+            loop {
+                match mqttbytes::check(from_broker.iter(), 2 * MAX_INCOMING_BYTES) {
+                    Ok(header) => {
+                        let frame = from_broker.split_to(header.frame_length());
+                        let dropped = filtered_publish(&frame, &lock(&filters));
+                        match dropped {
+                            Some(Some(pkid)) => {
+                                let ack = [0x40, 0x02, (pkid >> 8) as u8, pkid as u8];
+                                up_tx
+                                    .lock()
+                                    .await
+                                    .write_all(&ack)
+                                    .await
+                                    .map_err(|e| e.to_string())?;
+                            }
+                            Some(None) => {}
+                            None => client_tx
+                                .write_all(&frame)
+                                .await
+                                .map_err(|e| e.to_string())?,
+                        }
+                    }
+                    Err(mqttbytes::Error::InsufficientBytes(_)) => break,
+                    Err(e) => return Err(format!("bad packet from the broker: {e}")),
+                }
+            }
+            let n = up_rx
+                .read_buf(&mut from_broker)
+                .await
+                .map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Ok::<(), String>(());
+            }
+        }
     };
     let up = async {
         loop {
             loop {
                 match mqttbytes::check(buf.iter(), MAX_INCOMING_BYTES) {
                     Ok(header) => {
-                        let frame = buf.split_to(header.frame_length());
-                        if frame[0] >> 4 == 3 {
-                            let topic = publish_topic(&frame).ok_or("malformed PUBLISH")?;
-                            if let Err(why) = may_publish(&gate.topics, user, &topic) {
-                                tracing::warn!(user = %user_name, reason = %why, "MQTT client disconnected: publish not allowed");
-                                return Err(why);
+                        let mut frame = buf.split_to(header.frame_length());
+                        match frame[0] >> 4 {
+                            3 => {
+                                let topic = publish_topic(&frame).ok_or("malformed PUBLISH")?;
+                                if let Err(why) = may_publish(&gate.topics, user, &topic) {
+                                    tracing::warn!(user = %user_name, reason = %why, "MQTT client disconnected: publish not allowed");
+                                    return Err(why);
+                                }
                             }
+                            8 | 10 => frame = rewrite_subscriptions(frame, &mut lock(&filters))?,
+                            _ => {}
                         }
-                        up_tx.write_all(&frame).await.map_err(|e| e.to_string())?;
+                        up_tx
+                            .lock()
+                            .await
+                            .write_all(&frame)
+                            .await
+                            .map_err(|e| e.to_string())?;
                     }
                     Err(mqttbytes::Error::InsufficientBytes(_)) => break,
                     Err(e) => return Err(format!("bad packet: {e}")),
@@ -473,6 +521,61 @@ async fn relay(
         r = down => r,
         r = up => r,
     }
+}
+
+/// A SUBSCRIBE with its exact answer topics replaced by their camera's `+` filter
+/// (`filters.rs`), or an UNSUBSCRIBE recorded; re-encoded.
+fn rewrite_subscriptions(frame: BytesMut, filters: &mut Filters) -> Result<BytesMut, String> {
+    let mut input = frame.clone();
+    let packet = Packet::read(&mut input, MAX_INCOMING_BYTES)
+        .map_err(|e| format!("malformed SUBSCRIBE/UNSUBSCRIBE: {e}"))?;
+    let packet = match packet {
+        Packet::Subscribe(mut s) => {
+            for f in &mut s.filters {
+                f.path = filters.subscribe(&f.path);
+            }
+            Packet::Subscribe(s)
+        }
+        Packet::Unsubscribe(u) => {
+            for t in &u.topics {
+                filters.unsubscribe(t);
+            }
+            return Ok(frame);
+        }
+        _ => return Ok(frame),
+    };
+    let mut out = BytesMut::new();
+    packet
+        .write(&mut out, MAX_INCOMING_BYTES)
+        .map_err(|e| format!("cannot re-encode SUBSCRIBE: {e}"))?;
+    Ok(out)
+}
+
+/// For a broker-to-client frame: `None` to pass it on; `Some(pkid)` for a PUBLISH the client did
+/// not ask for (an answer to another id), dropped, with the packet id to acknowledge at QoS 1.
+/// QoS 2 is always passed on (its handshake is the client's).
+fn filtered_publish(frame: &[u8], filters: &Filters) -> Option<Option<u16>> {
+    if frame[0] >> 4 != 3 {
+        return None;
+    }
+    let qos = (frame[0] >> 1) & 3;
+    let topic = publish_topic(frame)?;
+    if qos == 2 || filters.delivers(&topic) {
+        return None;
+    }
+    if qos == 0 {
+        return Some(None);
+    }
+    // The packet id follows the topic.
+    let mut i = 1;
+    while *frame.get(i)? & 0x80 != 0 {
+        i += 1;
+    }
+    let at = i + 1 + 2 + topic.len();
+    Some(Some(u16::from_be_bytes([
+        *frame.get(at)?,
+        *frame.get(at + 1)?,
+    ])))
 }
 
 async fn read_connect(
@@ -552,7 +655,11 @@ mod tests {
         for i in 0..1000 {
             let _l = a.lease(&format!("client-{i}"));
         }
-        assert_eq!(lock(&a.ids).next, 4, "1000 clients one after another used the freed ids");
+        assert_eq!(
+            lock(&a.ids).next,
+            4,
+            "1000 clients one after another used the freed ids"
+        );
     }
 
     #[test]

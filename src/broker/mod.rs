@@ -12,6 +12,7 @@
 //!
 //! rumqttd has no shutdown API: the broker lives as long as the process.
 
+mod filters;
 mod gate;
 
 pub use gate::{ASKER_RESERVE, CONNECT_TIMEOUT, GateCounters, MAX_PENDING};
@@ -21,6 +22,9 @@ use crate::publish::{Endpoint, MAX_INCOMING_BYTES, Topics};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
+
+/// Size at which rumqttd starts a new segment of a filter's log (it keeps two).
+pub const SEGMENT_BYTES: usize = 256 * 1024;
 
 /// The internal user name the runtime and the gate log in with.
 const INTERNAL_USER: &str = "edgevlm-runtime";
@@ -128,8 +132,12 @@ impl EmbeddedBroker {
                 // The gate's clients, the runtime itself and its `ask` clients fit.
                 max_connections: EMBEDDED_MAX_CLIENTS + 8,
                 max_outgoing_packet_count: 200,
-                max_segment_size: 2 * MAX_INCOMING_BYTES,
-                max_segment_count: 4,
+                // What rumqttd keeps per subscription filter for its subscribers to read: two
+                // segments, a new one started once the last holds this much (one message may
+                // exceed it). 8 MiB per filter before (4 x 2 MiB), reached only after hours, which
+                // a soak showed as steady growth (docs/RELIABILITY.md, "Memory over a long run").
+                max_segment_size: SEGMENT_BYTES,
+                max_segment_count: 2,
                 custom_segment: None,
                 initialized_filters: None,
                 shared_subscriptions_strategy: Default::default(),

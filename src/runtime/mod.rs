@@ -40,6 +40,9 @@ use watches::{Watches, load_model};
 /// How long a question that arrives while the model loads may wait for it.
 pub const LOAD_HOLD: Duration = Duration::from_secs(10);
 
+/// How long a stop waits for a model load in progress to end.
+const LOAD_WAIT: Duration = Duration::from_secs(30);
+
 /// How long stopping a camera may take before it is abandoned.
 const STOP_BOUND: Duration = Duration::from_secs(10);
 
@@ -252,7 +255,7 @@ impl Running {
 
     /// Stops everything in order: generation (it ends at its next token), the cameras it reads
     /// from, then MQTT (what the cameras published last is flushed, then `offline`), and removes
-    /// the control socket. A model still loading is left to finish on its blocking thread.
+    /// the control socket. A model still loading is waited for (at most 30 s): exiting under it crashed.
     pub async fn shutdown(self) {
         let _ = self.commands.send(Command::Shutdown).await;
         let _ = self.task.await;
@@ -317,7 +320,15 @@ impl Control {
             }
         }
         if loading {
-            tracing::info!("Shutting down before the model finished loading");
+            // Leaving the load running while the process exits crashed it (ONNX Runtime's
+            // globals are destroyed under a session being created): the stop waits for it.
+            tracing::info!(
+                bound_secs = LOAD_WAIT.as_secs(),
+                "Shutting down before the model finished loading; waiting for the load to end"
+            );
+            if tokio::time::timeout(LOAD_WAIT, &mut load).await.is_err() {
+                tracing::warn!("The model load did not end in time; stopping anyway");
+            }
         } else {
             tracing::info!("Shutting down");
         }

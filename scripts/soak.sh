@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Soak: edgevlm with CAMERAS RTSP cameras (the in-repo test server, loopback), narrations and a
+# steady question load, for MINUTES minutes. Samples the runtime's RSS every minute and reports the
+# slope after WARMUP minutes (docs/RELIABILITY.md, "Memory over a long run", says how it is judged).
+#   scripts/soak.sh                      (MINUTES=120 CAMERAS=4 ASK_EVERY=15 WARMUP=10)
+#   WRAP="heaptrack -o target/soak/heap" STOP=KILL MINUTES=20 scripts/soak.sh    (a heap profile)
+# Writes target/soak/{config.toml,run.log,rss.csv,report.md}; prints the report. Bounded: it stops
+# after MINUTES minutes and asks at most MINUTES*60/ASK_EVERY questions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MINUTES=${MINUTES:-120}
+CAMERAS=${CAMERAS:-4}
+ASK_EVERY=${ASK_EVERY:-15}
+WARMUP=${WARMUP:-10}
+OUT=${OUT:-target/soak}
+WRAP=${WRAP:-}
+BIN=target/release/edgevlm
+SERVER=target/release/examples/rtsp_test_server
+[ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server
+rm -rf "$OUT" && mkdir -p "$OUT/state"
+OUT=$(realpath "$OUT")
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+MQTT_PORT=$(free_port)
+METRICS_PORT=$(free_port)
+cat > "$OUT/config.toml" <<EOF
+[runtime]
+status_interval_secs = 5
+state_dir = "$OUT/state"
+[telemetry]
+metrics_listen = "127.0.0.1:$METRICS_PORT"
+[engine]
+model_dir = "$(pwd)/engines/scenes/model"
+[mqtt]
+listen = "127.0.0.1:$MQTT_PORT"
+EOF
+for i in $(seq 1 "$CAMERAS"); do
+  port=$(free_port)
+  "$SERVER" --port "$port" --pattern ball --size 640x480 --fps 15 > "$OUT/camera-$i.log" 2>&1 &
+  pids+=($!)
+  cat >> "$OUT/config.toml" <<EOF
+[[cameras]]
+id = "cam$i"
+uri = "rtsp://127.0.0.1:$port/cam"
+sample_fps = 1.0
+window_secs = 12
+narrate = ["interval", "change"]
+narrate_interval_secs = 10
+EOF
+done
+for i in $(seq 1 "$CAMERAS"); do
+  timeout 30 grep -q READY <(tail -f "$OUT/camera-$i.log") || { echo "camera $i did not start"; exit 1; }
+done
+
+# shellcheck disable=SC2086
+$WRAP "$BIN" run -c "$OUT/config.toml" > "$OUT/run.log" 2>&1 &
+top=$!
+pids+=("$top")
+# The runtime's own process (WRAP, if any, runs it as a child).
+pid=$top
+if [ -n "$WRAP" ]; then
+  for _ in $(seq 1 100); do
+    child=$(pgrep -P "$top" -x edgevlm || true)
+    [ -n "$child" ] && { pid=$child; break; }
+    sleep 0.1
+  done
+fi
+for _ in $(seq 1 600); do
+  grep -q "MQTT connected" "$OUT/run.log" && break
+  sleep 0.1
+done
+
+mosquitto_sub -p "$MQTT_PORT" -v -t 'edgevlm/+/narration' > "$OUT/narrations.txt" 2>/dev/null &
+pids+=($!)
+mosquitto_sub -p "$MQTT_PORT" -v -t 'edgevlm/+/answer/+' > "$OUT/answers.txt" 2>/dev/null &
+pids+=($!)
+
+questions=("What colour is the ball?" "Where is the ball?" "What is moving?"
+  "Describe what just happened in the video." "How many objects are there?")
+echo "secs,rss_kb,narrations,answers,questions" > "$OUT/rss.csv"
+asked=0
+start=$(date +%s)
+next_sample=$start
+end=$((start + MINUTES * 60))
+while :; do
+  now=$(date +%s)
+  [ "$now" -ge "$end" ] && break
+  kill -0 "$pid" 2>/dev/null || { echo "edgevlm exited; see $OUT/run.log"; exit 1; }
+  if [ "$now" -ge "$next_sample" ]; then
+    rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
+    narrations=$(grep -c . "$OUT/narrations.txt" || true)
+    answers=$(grep -c '"text"' "$OUT/answers.txt" || true)
+    echo "$((now - start)),$rss,$narrations,$answers,$asked" >> "$OUT/rss.csv"
+    next_sample=$((next_sample + 60))
+  fi
+  cam=$(( asked % CAMERAS + 1 ))
+  q=${questions[$(( asked % ${#questions[@]} ))]}
+  mosquitto_pub -p "$MQTT_PORT" -q 1 -t "edgevlm/cam$cam/query" \
+    -m "{\"id\":\"soak-$asked\",\"question\":\"$q\"}"
+  asked=$((asked + 1))
+  sleep "$ASK_EVERY"
+done
+# STOP=KILL leaves a heap profile with what was live at the end as "leaked".
+kill "-${STOP:-TERM}" "$pid"
+wait "$top" || true
+python3 scripts/soak_report.py "$OUT/rss.csv" --warmup "$WARMUP" | tee "$OUT/report.md"

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Reports a soak's RSS samples (scripts/soak.sh): the least-squares slope after warm-up, its 95 %
+confidence interval, and whether the growth is within noise (docs/RELIABILITY.md, "Memory over a
+long run"). Standard library only.
+
+    python3 scripts/soak_report.py target/soak/rss.csv --warmup 10
+"""
+
+import argparse
+import csv
+import math
+import sys
+
+
+def fit(xs, ys):
+    """Least squares y = a + b x: (b, standard error of b, residual standard deviation)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    res = [y - (a + b * x) for x, y in zip(xs, ys)]
+    s = math.sqrt(sum(r * r for r in res) / (n - 2))
+    return b, s / math.sqrt(sxx), s
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("csv")
+    p.add_argument("--warmup", type=float, default=10.0, help="minutes left out of the fit")
+    args = p.parse_args()
+    rows = list(csv.DictReader(open(args.csv)))
+    if not rows:
+        sys.exit(f"{args.csv}: no samples")
+    mins = [int(r["secs"]) / 60 for r in rows]
+    rss = [int(r["rss_kb"]) / 1024 for r in rows]  # MiB
+    kept = [(m, r) for m, r in zip(mins, rss) if m >= args.warmup]
+    last = rows[-1]
+    print(f"# Soak: {mins[-1]:.0f} min, {len(rows)} samples")
+    print()
+    print(f"narrations {last['narrations']}, questions asked {last['questions']}, "
+          f"answers {last['answers']}")
+    print()
+    print("| minute | RSS MiB |")
+    print("|---|---|")
+    step = max(1, len(rows) // 24)
+    for m, r in list(zip(mins, rss))[::step]:
+        print(f"| {m:.0f} | {r:.1f} |")
+    print()
+    if len(kept) < 5:
+        print(f"fewer than 5 samples after the {args.warmup:g}-minute warm-up: no slope")
+        return
+    xs, ys = zip(*kept)
+    b, se, s = fit(xs, ys)
+    lo, hi = b - 1.96 * se, b + 1.96 * se
+    q = max(1, len(ys) // 4)
+    first, final = sum(ys[:q]) / q, sum(ys[-q:]) / q
+    flat = lo <= 0.0 <= hi
+    print(f"after minute {args.warmup:g}: slope {b * 1024:+.1f} KiB/min "
+          f"(95 % CI {lo * 1024:+.1f} .. {hi * 1024:+.1f}), residual sd {s:.2f} MiB, "
+          f"RSS {min(ys):.1f}..{max(ys):.1f} MiB, last quarter minus first quarter "
+          f"{final - first:+.2f} MiB")
+    if flat:
+        print("verdict: within noise (the slope's 95 % confidence interval contains 0)")
+    else:
+        print(f"verdict: GROWING, {b * 1024 * 60 * 24 / 1024:+.1f} MiB a day at this slope")
+
+
+if __name__ == "__main__":
+    main()
