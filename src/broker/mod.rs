@@ -23,8 +23,9 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-/// Size at which rumqttd starts a new segment of a filter's log (it keeps two).
-pub const SEGMENT_BYTES: usize = 256 * 1024;
+/// Topic and payload bytes at which rumqttd starts a new segment of a filter's log (it keeps
+/// two).
+pub const SEGMENT_BYTES: usize = 64 * 1024;
 
 /// The internal user name the runtime and the gate log in with.
 const INTERNAL_USER: &str = "edgevlm-runtime";
@@ -133,9 +134,11 @@ impl EmbeddedBroker {
                 max_connections: EMBEDDED_MAX_CLIENTS + 8,
                 max_outgoing_packet_count: 200,
                 // What rumqttd keeps per subscription filter for its subscribers to read: two
-                // segments, a new one started once the last holds this much (one message may
-                // exceed it). 8 MiB per filter before (4 x 2 MiB), reached only after hours, which
-                // a soak showed as steady growth (docs/RELIABILITY.md, "Memory over a long run").
+                // segments, a new one started once the last holds this much topic and payload
+                // (one message may exceed it). Each stored message also keeps its connection's
+                // read buffer alive (about 9 KiB for a question on its own connection), so the
+                // nominal size understates memory many times: 4 x 2 MiB grew for hours in a
+                // soak (docs/RELIABILITY.md, "Memory over a long run").
                 max_segment_size: SEGMENT_BYTES,
                 max_segment_count: 2,
                 custom_segment: None,
