@@ -444,82 +444,72 @@ async fn relay(
     let filters = Mutex::new(Filters::new(gate.topics.prefix()));
     let down = async {
         let mut from_broker = BytesMut::with_capacity(4096);
-        loop {
-            loop {
-                match mqttbytes::check(from_broker.iter(), 2 * MAX_INCOMING_BYTES) {
-                    Ok(header) => {
-                        let frame = from_broker.split_to(header.frame_length());
-                        let dropped = filtered_publish(&frame, &lock(&filters));
-                        match dropped {
-                            Some(Some(pkid)) => {
-                                let ack = [0x40, 0x02, (pkid >> 8) as u8, pkid as u8];
-                                up_tx
-                                    .lock()
-                                    .await
-                                    .write_all(&ack)
-                                    .await
-                                    .map_err(|e| e.to_string())?;
-                            }
-                            Some(None) => {}
-                            None => client_tx
-                                .write_all(&frame)
-                                .await
-                                .map_err(|e| e.to_string())?,
-                        }
-                    }
-                    Err(mqttbytes::Error::InsufficientBytes(_)) => break,
-                    Err(e) => return Err(format!("bad packet from the broker: {e}")),
+        while let Some(frame) = next_frame(
+            &mut up_rx,
+            &mut from_broker,
+            2 * MAX_INCOMING_BYTES,
+            "the broker",
+        )
+        .await?
+        {
+            let dropped = filtered_publish(&frame, &lock(&filters));
+            match dropped {
+                Some(Some(pkid)) => {
+                    let ack = [0x40, 0x02, (pkid >> 8) as u8, pkid as u8];
+                    let mut up = up_tx.lock().await;
+                    up.write_all(&ack).await.map_err(|e| e.to_string())?;
                 }
-            }
-            let n = up_rx
-                .read_buf(&mut from_broker)
-                .await
-                .map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Ok::<(), String>(());
+                Some(None) => {}
+                None => client_tx
+                    .write_all(&frame)
+                    .await
+                    .map_err(|e| e.to_string())?,
             }
         }
+        Ok::<(), String>(())
     };
     let up = async {
-        loop {
-            loop {
-                match mqttbytes::check(buf.iter(), MAX_INCOMING_BYTES) {
-                    Ok(header) => {
-                        let mut frame = buf.split_to(header.frame_length());
-                        match frame[0] >> 4 {
-                            3 => {
-                                let topic = publish_topic(&frame).ok_or("malformed PUBLISH")?;
-                                if let Err(why) = may_publish(&gate.topics, user, &topic) {
-                                    tracing::warn!(user = %user_name, reason = %why, "MQTT client disconnected: publish not allowed");
-                                    return Err(why);
-                                }
-                            }
-                            8 | 10 => frame = rewrite_subscriptions(frame, &mut lock(&filters))?,
-                            _ => {}
-                        }
-                        up_tx
-                            .lock()
-                            .await
-                            .write_all(&frame)
-                            .await
-                            .map_err(|e| e.to_string())?;
+        while let Some(mut frame) =
+            next_frame(&mut client_rx, &mut buf, MAX_INCOMING_BYTES, "the client").await?
+        {
+            match frame[0] >> 4 {
+                3 => {
+                    let topic = publish_topic(&frame).ok_or("malformed PUBLISH")?;
+                    if let Err(why) = may_publish(&gate.topics, user, &topic) {
+                        tracing::warn!(user = %user_name, reason = %why, "MQTT client disconnected: publish not allowed");
+                        return Err(why);
                     }
-                    Err(mqttbytes::Error::InsufficientBytes(_)) => break,
-                    Err(e) => return Err(format!("bad packet: {e}")),
                 }
+                8 | 10 => frame = rewrite_subscriptions(frame, &mut lock(&filters))?,
+                _ => {}
             }
-            let n = client_rx
-                .read_buf(&mut buf)
-                .await
-                .map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Ok(());
-            }
+            let mut up = up_tx.lock().await;
+            up.write_all(&frame).await.map_err(|e| e.to_string())?;
         }
+        Ok(())
     };
     tokio::select! {
         r = down => r,
         r = up => r,
+    }
+}
+
+/// The next whole MQTT packet from `from` (buffered in `buf`); `None` once it closed.
+async fn next_frame(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    buf: &mut BytesMut,
+    max: usize,
+    who: &str,
+) -> Result<Option<BytesMut>, String> {
+    loop {
+        match mqttbytes::check(buf.iter(), max) {
+            Ok(header) => return Ok(Some(buf.split_to(header.frame_length()))),
+            Err(mqttbytes::Error::InsufficientBytes(_)) => {}
+            Err(e) => return Err(format!("bad packet from {who}: {e}")),
+        }
+        if from.read_buf(buf).await.map_err(|e| e.to_string())? == 0 {
+            return Ok(None);
+        }
     }
 }
 
