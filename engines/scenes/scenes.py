@@ -146,7 +146,7 @@ def _objects(rng, count: int, frames: int, start: int, end: int, taken: set, eve
         if (colour, shape) in taken:
             continue
         taken.add((colour, shape))
-        r = float(rng.uniform(7.0, 12.0)) if shape != "ball" or rng.random() < 0.7 else float(rng.uniform(3.5, 7.0))
+        r = float(rng.uniform(9.0, 15.0)) if shape != "ball" or rng.random() < 0.7 else float(rng.uniform(3.5, 7.0))
         appear, disappear = start, None
         if events and rng.random() < 0.3 and end - start >= 4:
             appear = int(rng.integers(start + 1, end - 1))
@@ -203,6 +203,19 @@ def make_scene(split: str, index: int, frames: int | None = None, long: bool = F
     # falloff across the frame. It also tells where a token is: a token's features carry no
     # position (the encoder's rotary positions are relative, and DiffFP drops the tokens around a
     # moved object), so on a flat background a moved object could be anywhere.
+    if rng.random() < 0.5:
+        scene.shading = float(rng.uniform(25.0, 45.0))
+    return scene
+
+
+def crowd_frame(index: int) -> Scene:
+    """A single frame of two to five still objects (train split, seed `index`): what the vision
+    stage of train.py learns colour, shape and place from, with more objects a frame than a clip
+    has."""
+    rng = np.random.default_rng(SPLITS["train"] + index)
+    bg = str(rng.choice(list(BACKGROUNDS)))
+    scene = Scene(SPLITS["train"] + index, 1, 0.0, 1.0, [bg], float(rng.choice((0.0, 0.0, 2.0, 4.0))))
+    scene.objects = _objects(rng, int(rng.integers(2, 6)), 1, 0, 1, set(), False)
     if rng.random() < 0.5:
         scene.shading = float(rng.uniform(25.0, 45.0))
     return scene
