@@ -16,7 +16,10 @@ Two stages, one command. Stage 1 trains the vision encoder and projector alone w
 probe (each visual token's colour, shape, column and row) on single frames, 32 a step, half of them
 crowded with two to five objects: shape is learned late (near chance for ~1,000 steps, then 90 % of
 tokens by step 2,000), far too late if it has to wait for the decoder's gradient. Stage 2 trains the
-whole model on clips, with the probe kept on as an auxiliary loss.
+whole model on clips, with the probe kept on as an auxiliary loss. A clip's question/answer turns
+share its frames but not each other: each turn sees the system turn and the frames only, at the
+positions it would have alone, as the runtime asks a question (a fork of the live cache), so no
+answer is copied from an earlier one.
 
 Tokenizer: our own byte-level BPE of 512 ids trained on the scenes' sentences (any text still
 encodes, as bytes). Qwen's real vocabulary has 151,936 rows: at this model's width its embedding
@@ -108,6 +111,8 @@ def sample_text(tok, scene, keep, rng, turns: int):
             ids.append(special["<|video_pad|>"])
             labels.append(-100)
         text("\n"); sp("<|stream_end|>"); text("\n")
+    prefix = len(ids)
+    spans = []
     qs = scenes.questions(scene, rng)
     # Narrations and the rarer kinds are drawn more often than their share of all questions.
     weights = np.array([{"narration": 3.0, "count": 1.5, "colour": 1.0, "shape": 1.0, "position": 1.0,
@@ -115,9 +120,11 @@ def sample_text(tok, scene, keep, rng, turns: int):
     pick = rng.choice(len(qs), size=min(turns, len(qs)), replace=False, p=weights / weights.sum())
     for k in pick:
         q = qs[k]
+        start = len(ids)
         sp("<|im_start|>"); text("user\n" + q["question"]); sp("<|im_end|>"); text("\n")
         sp("<|im_start|>"); text("assistant\n"); text(q["answer"], learn=True); sp("<|im_end|>", learn=True); text("\n")
-    return ids, labels, visual
+        spans.append((start, len(ids)))
+    return ids, labels, visual, (prefix, spans)
 
 
 def make_model(tok):
@@ -251,8 +258,21 @@ def _text_forward(model, embed, batch, feats, offsets):
         for pos, f, t in b[2]:
             rows.append(r); cols.append(pos); fi.append(offsets[r] + f); ti.append(t)
     emb = emb.index_put((torch.tensor(rows), torch.tensor(cols)), feats[torch.tensor(fi), torch.tensor(ti)])
-    pos = torch.arange(longest)[None].expand(len(batch), -1)
-    out = model.model.language_model(inputs_embeds=emb, attention_mask=mask, position_ids=pos)
+    # Each question/answer turn sees the system turn and the frames, not the turns before it, at
+    # the positions it would have alone: as the runtime asks (a fork of the live cache), and no
+    # answer can be copied from an earlier one.
+    pos = torch.arange(longest)[None].repeat(len(batch), 1)
+    allowed = torch.ones(longest, longest, dtype=torch.bool).tril()[None].repeat(len(batch), 1, 1)
+    allowed &= mask.bool()[:, None, :]
+    for r, b in enumerate(batch):
+        if len(b) > 5:
+            prefix, spans = b[5]
+            for a, e in spans:
+                allowed[r, a:e, prefix:a] = False
+                pos[r, a:e] = prefix + torch.arange(e - a)
+    # Padding rows attend to themselves (a row with no allowed key gives NaN in sdpa).
+    allowed |= torch.eye(longest, dtype=torch.bool)[None]
+    out = model.model.language_model(inputs_embeds=emb, attention_mask=allowed[:, None], position_ids=pos)
     h = out.last_hidden_state[:, :-1]
     tgt = labels[:, 1:]
     sel = tgt != -100
@@ -358,7 +378,7 @@ def save(model, tok, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--steps", type=int, default=5000)
+    ap.add_argument("--steps", type=int, default=4500)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--turns", type=int, default=14, help="question/answer turns per training clip")
     ap.add_argument("--lr", type=float, default=1.5e-3)
@@ -423,8 +443,8 @@ def main() -> None:
                 frames, tokens = scenes.render(scene, labels=True)
                 frames = augment(frames, rng)
                 keep = scenes.diff_fp(frames)
-                ids, labels, visual = sample_text(tok, scene, keep, rng, args.turns)
-                pending.append((ids, labels, visual, frames, token_targets(scene, tokens)))
+                ids, labels, visual, turns = sample_text(tok, scene, keep, rng, args.turns)
+                pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns))
             pending.sort(key=lambda b: len(b[0]))
             pending = [pending[i:i + args.batch] for i in range(0, len(pending), args.batch)]
             order = np.random.default_rng(args.seed + step).permutation(len(pending))
