@@ -209,7 +209,7 @@ def make_scene(split: str, index: int, frames: int | None = None, long: bool = F
 
 
 def crowd_frame(index: int) -> Scene:
-    """A single frame of two to five still objects (train split, seed `index`): what the vision
+    """A single frame of two to five objects (train split, seed `index`): what the vision
     stage of train.py learns colour, shape and place from, with more objects a frame than a clip
     has."""
     rng = np.random.default_rng(SPLITS["train"] + index)
