@@ -2,16 +2,22 @@
 # Soak: edgevlm with CAMERAS RTSP cameras (the in-repo test server, loopback), narrations and a
 # steady question load, for MINUTES minutes. Samples the runtime's RSS every minute and reports the
 # slope after WARMUP minutes (docs/RELIABILITY.md, "Memory over a long run", says how it is judged).
-#   scripts/soak.sh                      (MINUTES=120 CAMERAS=4 ASK_EVERY=15 WARMUP=10)
+#   scripts/soak.sh                      (MINUTES=120 CAMERAS=4 ASK_EVERY=15 WARMUP=20 FILL=2000)
 #   WRAP="heaptrack -o target/soak/heap" STOP=KILL MINUTES=20 scripts/soak.sh    (a heap profile)
 # Writes target/soak/{config.toml,run.log,rss.csv,report.md}; prints the report. Bounded: it stops
-# after MINUTES minutes and asks at most MINUTES*60/ASK_EVERY questions.
+# after MINUTES minutes and asks at most FILL + MINUTES*60/ASK_EVERY questions.
+# FILL: questions sent at once at the start, to a camera that does not exist (each answered
+# `unknown_camera`, no engine work): the embedded broker keeps a log per subscription filter,
+# bounded by the messages' nominal size (docs/RELIABILITY.md), and at one question every 15 s the
+# questions' log would take hours to reach its bound. Filled first, it is at its bound before the
+# warm-up ends, so the slope after it measures what grows, not what fills.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${MINUTES:-120}
 CAMERAS=${CAMERAS:-4}
 ASK_EVERY=${ASK_EVERY:-15}
-WARMUP=${WARMUP:-10}
+WARMUP=${WARMUP:-20}
+FILL=${FILL:-2000}
 OUT=${OUT:-target/soak}
 WRAP=${WRAP:-}
 BIN=target/release/edgevlm
@@ -82,6 +88,9 @@ pids+=($!)
 mosquitto_sub -p "$MQTT_PORT" -v -t 'edgevlm/+/answer/+' > "$OUT/answers.txt" 2>/dev/null &
 pids+=($!)
 
+for i in $(seq 1 "$FILL"); do
+  mosquitto_pub -p "$MQTT_PORT" -q 1 -t "edgevlm/fill/query" -m "{\"id\":\"fill-$i\",\"question\":\"What is moving?\"}"
+done
 questions=("What colour is the ball?" "Where is the ball?" "What is moving?"
   "Describe what just happened in the video." "How many objects are there?")
 echo "secs,rss_kb,narrations,answers,questions" > "$OUT/rss.csv"
