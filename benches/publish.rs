@@ -127,6 +127,8 @@ fn narration(n: u32) -> Narration {
         stream_end_secs: 11.0,
         wall_start: 1.767e9,
         wall_end: 1.767e9 + 10.0,
+        window_start_secs: 0.0,
+        window_end_secs: 11.0,
         frames: 11,
         visual_tokens: 402,
         prompt_tokens: 471,
@@ -134,6 +136,9 @@ fn narration(n: u32) -> Narration {
         first_token_ms: 180.0,
         total_ms: 900.0,
         incomplete: false,
+        activity: 0.4,
+        event: None,
+        snapshot: None,
     }
 }
 

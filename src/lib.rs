@@ -8,6 +8,7 @@ pub mod broker;
 pub mod config;
 pub mod engine;
 pub mod eval;
+pub mod evidence;
 pub mod generate;
 pub mod ingest;
 pub mod memory;

@@ -65,6 +65,8 @@ fn narration(n: u32) -> Narration {
         stream_end_secs: f64::from(n) + 1.0,
         wall_start: 1.7e9,
         wall_end: 1.7e9 + 1.0,
+        window_start_secs: 0.0,
+        window_end_secs: f64::from(n) + 1.0,
         frames: 2,
         visual_tokens: 100,
         prompt_tokens: 130,
@@ -72,6 +74,9 @@ fn narration(n: u32) -> Narration {
         first_token_ms: 10.0,
         total_ms: 30.0,
         incomplete: false,
+        activity: 0.3,
+        event: None,
+        snapshot: None,
     }
 }
 

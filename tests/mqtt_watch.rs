@@ -87,6 +87,7 @@ impl Rig {
                 NARRATION,
                 NARRATION_STREAM,
                 "edgevlm/door/answer/+",
+                "edgevlm/door/snapshot/+",
             ],
         )
         .await;
@@ -253,6 +254,45 @@ async fn narration_arrives_whole_after_its_chunks(broker: Broker, tag: &str) {
         "{n:?}"
     );
     assert!(n.first_token_ms <= n.total_ms, "{n:?}");
+    // The model saw the camera's window, which ends where the narrated span ends.
+    assert!(n.window_start_secs <= n.stream_start_secs, "{n:?}");
+    assert_eq!(n.window_end_secs, n.stream_end_secs, "{n:?}");
+
+    // Its snapshot: a frame of the span, as a JPEG of the size the narration says, on its own
+    // topic and as the camera's retained snapshot.
+    let snap = n.snapshot.clone().expect("snapshots are on by default");
+    assert_eq!(snap.id, n.id);
+    assert!(
+        (n.stream_start_secs..=n.stream_end_secs).contains(&snap.stream_secs),
+        "{n:?}"
+    );
+    let topic = format!("edgevlm/door/snapshot/{}", n.id);
+    assert!(
+        rig.watcher
+            .wait(Duration::from_secs(10), |m| m
+                .iter()
+                .any(|m| m.topic == topic))
+            .await,
+        "no snapshot on {topic}\n{}",
+        rig.run.log()
+    );
+    let jpeg = rig.watcher.on(&topic).remove(0).bytes;
+    assert_eq!(
+        edgevlm::evidence::picture::jpeg_size(&jpeg),
+        Some((snap.width, snap.height)),
+        "{snap:?}"
+    );
+    let late = Subscriber::start(rig.port, &["edgevlm/door/snapshot"]).await;
+    assert!(
+        late.wait(Duration::from_secs(10), |m| !m.is_empty()).await,
+        "no retained snapshot"
+    );
+    let retained = late.on("edgevlm/door/snapshot").remove(0);
+    assert!(retained.retain);
+    assert_eq!(
+        edgevlm::evidence::picture::jpeg_size(&retained.bytes),
+        Some((snap.width, snap.height))
+    );
 
     // Its chunks, on the stream topic (another topic: wait for the closing one).
     let closed = |m: &[common::mqtt::Received]| {

@@ -5,11 +5,13 @@
 mod engine_common;
 
 use edgevlm::base::Clock;
+use edgevlm::config::SnapshotConfig;
 use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri};
+use edgevlm::evidence::{Snapshotter, picture};
 use edgevlm::generate::render::{self, FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache};
 use edgevlm::memory::{CameraMemory, FrameEncoder, LiveCache, MemoryFrame};
-use edgevlm::narrate::{ChangeKind, Trigger};
+use edgevlm::narrate::{EventType, Trigger};
 use edgevlm::prune::{PruneParams, Pruner};
 use edgevlm::query::ErrorCode;
 use edgevlm::query::{AskLimits, AskRequest, QueryService};
@@ -271,13 +273,22 @@ fn watcher(
     narrate: NarrateConfig,
     budget: usize,
 ) -> (CameraWatch, Arc<CameraMemory>, Outputs) {
+    watcher_with(generator, window_secs, narrate, budget, Outputs::new(None))
+}
+
+fn watcher_with(
+    generator: &Generator,
+    window_secs: u64,
+    narrate: NarrateConfig,
+    budget: usize,
+    outputs: Outputs,
+) -> (CameraWatch, Arc<CameraMemory>, Outputs) {
     let cam = camera(window_secs, narrate);
     let memory = Arc::new(CameraMemory::new(
         "cam",
         cam.window,
         cam.window_frames() + 1,
     ));
-    let outputs = Outputs::new(None);
     let w = CameraWatch::new(
         generator.clone(),
         memory.clone(),
@@ -375,7 +386,7 @@ fn the_context_budget_bounds_the_cache_by_rebuilding_with_the_newest_frames() {
 }
 
 #[test]
-fn a_change_event_gives_one_narration_and_a_start_and_end_event() {
+fn a_change_event_gives_one_narration_linked_to_its_event_and_each_a_snapshot_of_its_frame() {
     let generator = engine_common::generator();
     let narrate = NarrateConfig {
         triggers: NarrateTriggers {
@@ -385,14 +396,25 @@ fn a_change_event_gives_one_narration_and_a_start_and_end_event() {
         max_tokens: 6,
         ..NarrateConfig::default()
     };
-    let (mut w, _, outputs) = watcher(&generator, 60, narrate, 3000);
+    let snapshots = Snapshotter::start(
+        SnapshotConfig {
+            max_width: W as u32 / 2,
+            ..SnapshotConfig::default()
+        },
+        None,
+    )
+    .unwrap();
+    let mut encoded = snapshots.subscribe();
+    let outputs = Outputs::new(None).with_snapshots(snapshots.clone());
+    let (mut w, _, outputs) = watcher_with(&generator, 60, narrate, 3000, outputs);
     let mut narrations = outputs.narrations.subscribe();
     let mut events = outputs.events.subscribe();
     let mut scene = Scene::new();
     let big = |t: u64| [((t as usize * 84) % 168, 0, 168)];
+    let active = |t: u64| (10..16).contains(&t) || (25..31).contains(&t);
     for t in 0..40u64 {
         // Quiet, a big moving object for 6 s (twice), quiet again.
-        let f = if (10..16).contains(&t) || (25..31).contains(&t) {
+        let f = if active(t) {
             scene.frame(t as f64, &big(t))
         } else {
             scene.frame(t as f64, &[])
@@ -405,20 +427,22 @@ fn a_change_event_gives_one_narration_and_a_start_and_end_event() {
     }
     let mut ev = Vec::new();
     while let Ok(e) = events.try_recv() {
-        ev.push((e.kind, e.stream_secs));
+        ev.push(e);
     }
     assert_eq!(
-        ev.iter().map(|e| e.0).collect::<Vec<_>>(),
+        ev.iter().map(|e| e.kind).collect::<Vec<_>>(),
         [
-            ChangeKind::Start,
-            ChangeKind::End,
-            ChangeKind::Start,
-            ChangeKind::End
+            EventType::New,
+            EventType::Update,
+            EventType::End,
+            EventType::New,
+            EventType::Update,
+            EventType::End
         ],
         "{ev:?}"
     );
     assert_eq!(got.len(), 2, "{got:?}");
-    for (n, start) in got.iter().zip([11.0, 26.0]) {
+    for (i, (n, start)) in got.iter().zip([11.0, 26.0]).enumerate() {
         assert_eq!(n.trigger, Trigger::Change);
         assert_eq!(n.camera, "cam");
         assert_eq!(
@@ -430,9 +454,79 @@ fn a_change_event_gives_one_narration_and_a_start_and_end_event() {
             n.frames as f64 >= start,
             "the model saw the footage up to the change"
         );
+        assert_eq!(
+            n.window_start_secs, 0.0,
+            "the window starts at the first frame"
+        );
+        assert_eq!(n.window_end_secs, start);
         assert!(n.first_token_ms <= n.total_ms);
+        // One id links the event's messages and its narration.
+        let (new, update, end) = (&ev[3 * i], &ev[3 * i + 1], &ev[3 * i + 2]);
+        assert!(new.id.starts_with("cam-ev-"), "{}", new.id);
+        assert_eq!(
+            (update.id.as_str(), end.id.as_str()),
+            (new.id.as_str(), new.id.as_str())
+        );
+        assert_eq!(n.event.as_deref(), Some(new.id.as_str()));
+        assert_eq!(update.narration.as_deref(), Some(n.id.as_str()));
+        assert_eq!(end.start_stream_secs, new.stream_secs);
+        assert!(end.stream_secs > new.stream_secs && !active(end.stream_secs as u64));
+        assert!(end.peak_activity >= n.activity && n.activity > 0.25);
+        // Each picture is a frame of the activity: the event's first frame, the narration's
+        // frame with the most change, the event's frame with the most change.
+        let new_snap = new.snapshot.as_ref().expect("new has a snapshot");
+        assert_eq!(new_snap.stream_secs, new.stream_secs);
+        let n_snap = n.snapshot.as_ref().expect("the narration has a snapshot");
+        assert_eq!(update.snapshot.as_ref(), Some(n_snap));
+        assert!(active(n_snap.frame), "{n_snap:?}");
+        assert!(n_snap.stream_secs <= n.stream_end_secs);
+        let end_snap = end.snapshot.as_ref().expect("end has a snapshot");
+        assert!(active(end_snap.frame), "{end_snap:?}");
+        for r in [new_snap, n_snap, end_snap] {
+            assert_eq!((r.width, r.height), (W as u32 / 2, H as u32 / 2));
+        }
     }
     assert!(got[1].stream_start_secs > got[0].stream_end_secs);
+    // The snapshot thread encodes all six; each JPEG is the size its reference says.
+    let mut jpegs = Vec::new();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        while jpegs.len() < 6 {
+            let s = tokio::time::timeout(Duration::from_secs(30), encoded.recv())
+                .await
+                .expect("six snapshots within 30 s")
+                .unwrap();
+            jpegs.push(s);
+        }
+    });
+    let refs: Vec<_> = ev
+        .iter()
+        .filter_map(|e| e.snapshot.clone())
+        .filter(|r| !got.iter().any(|n| n.snapshot.as_ref() == Some(r)))
+        .chain(got.iter().filter_map(|n| n.snapshot.clone()))
+        .collect();
+    assert_eq!(refs.len(), 6);
+    for r in &refs {
+        let s = jpegs
+            .iter()
+            .find(|s| s.info == *r)
+            .unwrap_or_else(|| panic!("no JPEG for {r:?}"));
+        assert_eq!(picture::jpeg_size(&s.jpeg), Some((r.width, r.height)));
+        assert_eq!(
+            snapshots.get("cam", &r.id).map(|s| s.info.clone()),
+            Some(r.clone())
+        );
+    }
+    assert_eq!(
+        snapshots
+            .stats()
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
 
 fn service(generator: &Generator, budget: usize, cfg: QueryConfig, queue: usize) -> QueryService {

@@ -7,6 +7,7 @@ mod engine;
 mod mqtt;
 mod pipeline;
 mod prune;
+mod snapshots;
 mod source;
 mod watch;
 
@@ -18,6 +19,7 @@ pub use mqtt::{
 };
 pub use pipeline::Template;
 pub use prune::{ParsePruneModeError, PruneMode, PruneParams};
+pub use snapshots::{SNAPSHOT_MAX_WIDTH, SNAPSHOT_MIN_WIDTH, SnapshotConfig};
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
 pub use watch::{MemoryConfig, NarrateConfig, NarrateTriggers, QueryConfig};
 
@@ -44,6 +46,8 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// Questions over recent footage (`[query]`).
     pub query: QueryConfig,
+    /// The picture published with each narration and event (`[snapshots]`).
+    pub snapshots: SnapshotConfig,
 }
 
 /// How the runtime reports on itself (`[telemetry]`).
@@ -300,6 +304,7 @@ pub fn known_keys() -> Vec<String> {
         "mqtt",
         "memory",
         "query",
+        "snapshots",
     ] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
@@ -332,6 +337,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let memory = watch::decode_memory(memory_t, sink);
     let query_t = top.table("query", sink).unwrap_or(&empty);
     let query = watch::decode_query(query_t, sink);
+    let snapshots_t = top.table("snapshots", sink).unwrap_or(&empty);
+    let snapshots = snapshots::decode_snapshots(snapshots_t, sink);
 
     let cameras = decode_cameras(&mut top, base_dir, &vision, sink);
     top.finish(sink);
@@ -346,6 +353,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         engine,
         memory,
         query,
+        snapshots,
     }
 }
 

@@ -21,7 +21,7 @@ use crate::generate::{GenerateError, GenerateOptions, Generator, StopReason};
 use crate::memory::LiveView;
 mod narration;
 
-pub use narration::{ChangeEvent, ChangeKind, Narration, Trigger};
+pub use narration::{ChangeEvent, ChangeKind, EventType, Narration, SnapshotRef, Trigger};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 

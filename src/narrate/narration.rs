@@ -27,7 +27,7 @@ pub struct Narration {
     pub trigger: Trigger,
     /// The full text.
     pub text: String,
-    /// Stream time of the first frame it covers.
+    /// Stream time of the first frame it covers (the first since the previous narration).
     pub stream_start_secs: f64,
     /// Stream time of the last frame it covers.
     pub stream_end_secs: f64,
@@ -35,6 +35,11 @@ pub struct Narration {
     pub wall_start: f64,
     /// Wall-clock time (Unix seconds) of the last frame it covers.
     pub wall_end: f64,
+    /// Stream time of the first frame the model saw (the live cache holds the camera's window,
+    /// so this is usually before `stream_start_secs`).
+    pub window_start_secs: f64,
+    /// Stream time of the last frame the model saw.
+    pub window_end_secs: f64,
     /// Frames shown to the model.
     pub frames: u32,
     /// Visual tokens after DiffFP.
@@ -51,9 +56,35 @@ pub struct Narration {
     /// (One cut before any text is not published.)
     #[serde(default)]
     pub incomplete: bool,
+    /// The most change in the span: the largest share of a frame's visual tokens DiffFP kept,
+    /// 0–1 (key frames, which are kept whole, do not count).
+    pub activity: f64,
+    /// The id of the change event in progress when it was generated, if any.
+    pub event: Option<String>,
+    /// Its snapshot; `null` when snapshots are off or the snapshot queue was full.
+    pub snapshot: Option<SnapshotRef>,
 }
 
-/// Start or end of activity.
+/// What a narration or an event says about its snapshot; the JPEG itself is published on
+/// `<prefix>/<camera>/snapshot/<id>` (`crate::evidence`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRef {
+    /// The snapshot's id: the id of the narration or event message it was taken for.
+    pub id: String,
+    /// The sampled frame's sequence number in its camera.
+    pub frame: u64,
+    /// Stream time of that frame.
+    pub stream_secs: f64,
+    /// Wall-clock time (Unix seconds) it was sampled.
+    pub ts: f64,
+    /// Width of the JPEG.
+    pub width: u32,
+    /// Height of the JPEG.
+    pub height: u32,
+}
+
+/// Start or end of activity, as the change detector decides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeKind {
@@ -63,19 +94,47 @@ pub enum ChangeKind {
     End,
 }
 
-/// A change event on `<prefix>/<camera>/events` (QoS 1, not retained).
+/// What an event message says happened (Frigate's event types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventType {
+    /// Activity began: a new event id.
+    New,
+    /// A narration of the event was published (`narration` names it).
+    Update,
+    /// Activity ended.
+    End,
+}
+
+/// An event message on `<prefix>/<camera>/events` (QoS 1, not retained). The messages of one
+/// event (`new`, any `update`s, `end`) share its `id`; narrations generated during it carry the
+/// id in their `event` field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChangeEvent {
+    /// The event's id (`<camera>-ev-<Unix ms of its first frame>`).
+    pub id: String,
     /// Camera id.
     pub camera: String,
-    /// `start` or `end`.
+    /// `new`, `update` or `end`.
     #[serde(rename = "type")]
-    pub kind: ChangeKind,
-    /// Stream time of the frame that decided it.
+    pub kind: EventType,
+    /// Stream time of the frame that started the event.
+    pub start_stream_secs: f64,
+    /// Wall-clock time (Unix seconds) of that frame.
+    pub start_ts: f64,
+    /// Stream time of the frame this message is about (for `end`, the frame that ended it).
     pub stream_secs: f64,
     /// Wall-clock time (Unix seconds) of that frame.
     pub ts: f64,
-    /// Share of the frame's visual tokens DiffFP kept (how much moved), 0–1.
+    /// Share of that frame's visual tokens DiffFP kept (how much moved), 0–1.
     pub activity: f64,
+    /// The most activity in the event so far.
+    pub peak_activity: f64,
+    /// `update`: the narration that was published.
+    pub narration: Option<String>,
+    /// The event's picture: `new`, the frame that started it; `update`, the narration's;
+    /// `end`, the frame with the most activity in the whole event. `null` when snapshots are off
+    /// or the snapshot queue was full.
+    pub snapshot: Option<SnapshotRef>,
 }

@@ -215,9 +215,23 @@ impl Publisher {
         self.set_retained(self.shared.topics.status(&report.camera), Some(body));
     }
 
-    /// Clears the retained status of a camera that no longer exists.
+    /// Clears the retained status and snapshot of a camera that no longer exists.
     pub fn clear_status(&self, camera: &str) {
         self.set_retained(self.shared.topics.status(camera), None);
+        self.set_retained(self.shared.topics.snapshot(camera), None);
+    }
+
+    /// A snapshot (JPEG) on `<prefix>/<camera>/snapshot/<id>` (QoS 1 while connected, not queued
+    /// during an outage, like chunks), and as the camera's retained `<prefix>/<camera>/snapshot`
+    /// (the newest one is sent again after a reconnect).
+    pub fn snapshot(&self, camera: &str, id: &str, jpeg: &[u8]) -> Pushed {
+        self.set_retained(self.shared.topics.snapshot(camera), Some(jpeg.to_vec()));
+        self.push(
+            self.shared.topics.snapshot_of(camera, id),
+            jpeg.to_vec(),
+            Class::Stream,
+            None,
+        )
     }
 
     /// Counts a valid question refused as `busy` by the question stage.

@@ -50,6 +50,16 @@ impl Topics {
         format!("{}/{camera}/events", self.prefix)
     }
 
+    /// `<prefix>/<camera>/snapshot`: the newest snapshot (JPEG), retained.
+    pub fn snapshot(&self, camera: &str) -> String {
+        format!("{}/{camera}/snapshot", self.prefix)
+    }
+
+    /// `<prefix>/<camera>/snapshot/<id>`: the snapshot of one narration or event (JPEG).
+    pub fn snapshot_of(&self, camera: &str, id: &str) -> String {
+        format!("{}/{camera}/snapshot/{id}", self.prefix)
+    }
+
     /// `<prefix>/<camera>/query`: questions (subscribed by the runtime).
     pub fn query(&self, camera: &str) -> String {
         format!("{}/{camera}/query", self.prefix)

@@ -24,6 +24,7 @@ pub use report::{camera_summary, mqtt_line};
 use crate::base::Clock;
 use crate::config::{BrokerChoice, Config, ProcessorGeometry};
 use crate::engine::Engines;
+use crate::evidence::Snapshotter;
 use crate::publish::{self, Connection, Endpoint, Publisher, StartOptions, Topics};
 use crate::query::{CameraDirectory, QueryService};
 use crate::supervisor::{CameraState, RateMeter, ReloadSummary, Supervisor};
@@ -128,6 +129,13 @@ impl Runtime {
             None => (None, None),
         };
         let publisher = mqtt.as_ref().map(|m| m.0.clone());
+        let snapshots = match config.snapshots.enabled {
+            true => Some(
+                Snapshotter::start(config.snapshots, publisher.clone())
+                    .context("snapshots: cannot start the encoder thread")?,
+            ),
+            false => None,
+        };
         let (engines_tx, engines_rx) = watch::channel(None);
         let (memories_tx, memories_rx) = watch::channel(Vec::new());
         let mut servers = Vec::new();
@@ -144,6 +152,7 @@ impl Runtime {
                     gate,
                     engines: engines_rx,
                     memories: memories_rx,
+                    snapshots: snapshots.clone(),
                 },
             )));
         }
@@ -168,7 +177,10 @@ impl Runtime {
             }
             None => (None, None),
         };
-        let outputs = Outputs::new(mqtt_publisher.clone());
+        let mut outputs = Outputs::new(mqtt_publisher.clone());
+        if let Some(s) = snapshots.clone() {
+            outputs = outputs.with_snapshots(s);
+        }
         let (commands, commands_rx) = mpsc::channel(8);
         let model_config = config.clone();
         let load = tokio::spawn(async move { load_model(&model_config).await });
@@ -376,6 +388,13 @@ impl Control {
                 publisher.clear_status(gone);
             }
         }
+        if let Some(snapshots) = &self.outputs.snapshots {
+            for gone in &s.removed {
+                snapshots.forget(gone);
+            }
+        }
+        // `[snapshots]` is read at start only, like `[engine]` and `[mqtt]`.
+        new.snapshots = self.config.snapshots;
         let _ = self.views.send(self.supervisor.views());
         tracing::info!(
             added = ?s.added, removed = ?s.removed, restarted = ?s.restarted,

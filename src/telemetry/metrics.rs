@@ -322,6 +322,46 @@ pub fn render_gate(g: &crate::broker::GateCounters) -> String {
     out
 }
 
+/// Renders the snapshot stage's counters (docs/MQTT.md, "Snapshots").
+pub fn render_snapshots(s: &crate::evidence::SnapshotStats) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let rows = [
+        (
+            "edgevlm_snapshots_encoded_total",
+            "Snapshots encoded and published.",
+            s.encoded.load(Relaxed) as f64,
+        ),
+        (
+            "edgevlm_snapshots_dropped_total",
+            "Snapshots dropped because the encoder's queue was full.",
+            s.dropped.load(Relaxed) as f64,
+        ),
+        (
+            "edgevlm_snapshots_failed_total",
+            "Snapshots that could not be encoded.",
+            s.failed.load(Relaxed) as f64,
+        ),
+        (
+            "edgevlm_snapshots_bytes_total",
+            "JPEG bytes produced.",
+            s.bytes.load(Relaxed) as f64,
+        ),
+        (
+            "edgevlm_snapshots_encode_seconds_total",
+            "Time spent encoding snapshots.",
+            s.encode_us.load(Relaxed) as f64 / 1e6,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, value) in rows {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+    out
+}
+
 /// Renders the engines' work per stage (vision, embed, prefill, decode) since they loaded.
 pub fn render_engine(s: &EngineStatsSnapshot) -> String {
     let stages = [
@@ -386,6 +426,8 @@ pub struct Sources {
     pub engines: watch::Receiver<Option<Arc<Engines>>>,
     /// Each camera's memory, narration and answer statistics.
     pub memories: watch::Receiver<Vec<Arc<CameraMemory>>>,
+    /// The snapshot stage, when snapshots are on.
+    pub snapshots: Option<crate::evidence::Snapshotter>,
 }
 
 impl Sources {
@@ -397,6 +439,7 @@ impl Sources {
             gate: None,
             engines: watch::channel(None).1,
             memories: watch::channel(Vec::new()).1,
+            snapshots: None,
         }
     }
 
@@ -408,6 +451,9 @@ impl Sources {
         }
         if let Some(g) = &self.gate {
             body.push_str(&render_gate(g));
+        }
+        if let Some(s) = &self.snapshots {
+            body.push_str(&render_snapshots(s.stats()));
         }
         let engine_stats = self.engines.borrow().as_ref().map(|e| e.stats());
         if let Some(stats) = engine_stats {
@@ -739,6 +785,7 @@ mod tests {
     fn the_other_pages_and_histograms_pass_the_same_format_check() {
         assert_prometheus_text(&render_cameras(&[]));
         assert_prometheus_text(&render_publish(&PublishStats::default()));
+        assert_prometheus_text(&render_snapshots(&crate::evidence::SnapshotStats::default()));
         let h = crate::base::Histogram::latency();
         h.observe(Duration::from_millis(30));
         let mut text = String::from("# HELP h_seconds Test.\n# TYPE h_seconds histogram\n");

@@ -8,11 +8,15 @@
 //! only the newest is generated: the others are skipped and counted, never queued.
 
 use crate::config::CameraConfig;
+use crate::evidence::Snapshotter;
 use crate::generate::Generator;
 use crate::memory::{
     CameraMemory, FrameEncoder, LiveCache, LiveOptions, MemoryFrame, RebuildReason, WatchStats,
 };
-use crate::narrate::{self, ChangeEvent, FrameSignal, Narration, Narrator, Trigger};
+use crate::narrate::{
+    self, ChangeEvent, ChangeKind, EventType, FrameSignal, Narration, Narrator, SnapshotRef,
+    Trigger,
+};
 use crate::publish::Publisher;
 use crate::ring::{Frame, Window};
 use std::panic::AssertUnwindSafe;
@@ -31,15 +35,26 @@ pub struct Outputs {
     pub narrations: broadcast::Sender<Narration>,
     /// Every change event.
     pub events: broadcast::Sender<ChangeEvent>,
+    /// Where snapshots of narrations and events are taken, if they are.
+    pub snapshots: Option<Snapshotter>,
 }
 
 impl Outputs {
-    /// Outputs with no publisher and small broadcast channels.
+    /// Outputs with no publisher, no snapshots and small broadcast channels.
     pub fn new(publisher: Option<Publisher>) -> Outputs {
         Outputs {
             publisher,
             narrations: broadcast::channel(64).0,
             events: broadcast::channel(64).0,
+            snapshots: None,
+        }
+    }
+
+    /// The same outputs, with snapshots taken by `snapshots`.
+    pub fn with_snapshots(self, snapshots: Snapshotter) -> Outputs {
+        Outputs {
+            snapshots: Some(snapshots),
+            ..self
         }
     }
 }
@@ -149,6 +164,10 @@ pub struct CameraWatch {
     last_seq: Option<u64>,
     geometry: Option<(u32, u32)>,
     last_error_log: Option<Instant>,
+    /// The frames since the last narration: the next narration's picture.
+    span_pick: Pick,
+    /// The change event in progress.
+    event: Option<ActiveEvent>,
 }
 
 /// A trigger that fired, with the span of footage it narrates.
@@ -156,6 +175,58 @@ struct Fired {
     trigger: Trigger,
     span: (Duration, SystemTime),
     end: (Duration, SystemTime),
+    /// The frame with the most change in the span (else its last frame) and that change.
+    pick: Pick,
+    /// The event in progress when it fired.
+    event: Option<String>,
+}
+
+/// The frame a narration or an event is about: the one with the most change (key frames, kept
+/// whole, do not count), else the last one.
+#[derive(Debug, Clone, Default)]
+struct Pick {
+    best: Option<(Arc<Frame>, f64)>,
+    last: Option<Arc<Frame>>,
+}
+
+impl Pick {
+    fn see(&mut self, frame: &Arc<Frame>, change: Option<f64>) {
+        if let Some(c) = change
+            && self.best.as_ref().is_none_or(|(_, b)| c > *b)
+        {
+            self.best = Some((frame.clone(), c));
+        }
+        self.last = Some(frame.clone());
+    }
+
+    fn frame(&self) -> Option<&Arc<Frame>> {
+        self.best.as_ref().map(|(f, _)| f).or(self.last.as_ref())
+    }
+
+    /// The most change seen (0 if only key frames).
+    fn peak(&self) -> f64 {
+        self.best.as_ref().map_or(0.0, |(_, c)| *c)
+    }
+
+    /// The pick of two spans together.
+    fn merge(self, later: Pick) -> Pick {
+        let best = match (self.best, later.best) {
+            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        Pick {
+            best,
+            last: later.last.or(self.last),
+        }
+    }
+}
+
+/// A change event between its `new` and its `end`.
+#[derive(Debug)]
+struct ActiveEvent {
+    id: String,
+    start: (f64, f64),
+    pick: Pick,
 }
 
 fn unix_secs(t: SystemTime) -> f64 {
@@ -193,6 +264,8 @@ impl CameraWatch {
             geometry: None,
             opts,
             last_error_log: None,
+            span_pick: Pick::default(),
+            event: None,
         }
     }
 
@@ -292,7 +365,12 @@ impl CameraWatch {
                 tracing::debug!(camera = %self.memory.camera, skipped, "Generation behind: narrations skipped");
             }
             let span = fired.first().map_or(last.span, |f| f.span);
-            self.narrate(Fired { span, ..last });
+            // The skipped narrations' footage is this one's: its picture is the best of it all.
+            let pick = fired
+                .drain(..)
+                .fold(Pick::default(), |a, f| a.merge(f.pick))
+                .merge(last.pick);
+            self.narrate(Fired { span, pick, ..last });
         }
     }
 
@@ -334,7 +412,11 @@ impl CameraWatch {
             };
             for (i, f) in group.iter().enumerate() {
                 let last = i + 1 == group.len();
-                self.observe(f, if last { speak } else { None }, fired);
+                let frame = chunk
+                    .iter()
+                    .find(|c| c.seq == f.seq)
+                    .expect("one encoded frame per sampled frame");
+                self.observe(f, frame, if last { speak } else { None }, fired);
             }
         }
         self.stats().append.observe(t0.elapsed());
@@ -397,7 +479,13 @@ impl CameraWatch {
         }
     }
 
-    fn observe(&mut self, f: &MemoryFrame, speak: Option<f64>, fired: &mut Vec<Fired>) {
+    fn observe(
+        &mut self,
+        f: &MemoryFrame,
+        frame: &Arc<Frame>,
+        speak: Option<f64>,
+        fired: &mut Vec<Fired>,
+    ) {
         let signal = FrameSignal {
             pts: f.pts,
             wall: f.wall,
@@ -407,18 +495,33 @@ impl CameraWatch {
         };
         let span = self.narrator.span_start().unwrap_or((f.pts, f.wall));
         let obs = self.narrator.observe(&signal, speak);
-        if let Some(kind) = obs.event {
-            let event = ChangeEvent {
-                camera: self.memory.camera.clone(),
-                kind,
-                stream_secs: f.pts.as_secs_f64(),
-                ts: unix_secs(f.wall),
-                activity: f.kept_ratio(),
-            };
-            if let Some(p) = &self.outputs.publisher {
-                p.event(&event);
+        let change = (!f.key_frame).then(|| f.kept_ratio());
+        self.span_pick.see(frame, change);
+        if let Some(ev) = &mut self.event {
+            ev.pick.see(frame, change);
+        }
+        let at = (f.pts.as_secs_f64(), unix_secs(f.wall));
+        match obs.event {
+            Some(ChangeKind::Start) => {
+                let id = format!("{}-ev-{}", self.memory.camera, (at.1 * 1e3).round() as u64);
+                let mut pick = Pick::default();
+                pick.see(frame, change);
+                let snapshot = self.snapshot(&id, Some(frame));
+                self.event = Some(ActiveEvent {
+                    id,
+                    start: at,
+                    pick,
+                });
+                self.emit(EventType::New, at, f.kept_ratio(), None, snapshot);
             }
-            let _ = self.outputs.events.send(event);
+            Some(ChangeKind::End) => {
+                let best = self.event.as_ref().and_then(|e| e.pick.frame().cloned());
+                let id = self.event.as_ref().map(|e| format!("{}-end", e.id));
+                let snapshot = id.and_then(|id| self.snapshot(&id, best.as_ref()));
+                self.emit(EventType::End, at, f.kept_ratio(), None, snapshot);
+                self.event = None;
+            }
+            None => {}
         }
         if let Some(trigger) = obs.fire {
             // The span is consumed now, whether this narration is generated or skipped.
@@ -427,8 +530,46 @@ impl CameraWatch {
                 trigger,
                 span,
                 end: (f.pts, f.wall),
+                pick: std::mem::take(&mut self.span_pick),
+                event: self.event.as_ref().map(|e| e.id.clone()),
             });
         }
+    }
+
+    /// Queues a snapshot of `frame` under `id`, if snapshots are taken.
+    fn snapshot(&self, id: &str, frame: Option<&Arc<Frame>>) -> Option<SnapshotRef> {
+        let snapshots = self.outputs.snapshots.as_ref()?;
+        snapshots.submit(&self.memory.camera, id, frame?)
+    }
+
+    /// Publishes a message of the event in progress (`at`: stream and Unix seconds of the frame
+    /// it is about).
+    fn emit(
+        &self,
+        kind: EventType,
+        at: (f64, f64),
+        activity: f64,
+        narration: Option<String>,
+        snapshot: Option<SnapshotRef>,
+    ) {
+        let Some(ev) = &self.event else { return };
+        let event = ChangeEvent {
+            id: ev.id.clone(),
+            camera: self.memory.camera.clone(),
+            kind,
+            start_stream_secs: ev.start.0,
+            start_ts: ev.start.1,
+            stream_secs: at.0,
+            ts: at.1,
+            activity,
+            peak_activity: ev.pick.peak(),
+            narration,
+            snapshot,
+        };
+        if let Some(p) = &self.outputs.publisher {
+            p.event(&event);
+        }
+        let _ = self.outputs.events.send(event);
     }
 
     fn narrate(&mut self, fired: Fired) {
@@ -480,6 +621,8 @@ impl CameraWatch {
         WatchStats::bump(&stats.narrations);
         stats.narration_first_token.observe(g.first_token);
         stats.narration_total.observe(g.total);
+        let snapshot = self.snapshot(&id, fired.pick.frame());
+        let window = live.span.unwrap_or((fired.span.0, fired.end.0));
         let narration = Narration {
             id,
             camera: camera.clone(),
@@ -489,6 +632,8 @@ impl CameraWatch {
             stream_end_secs: fired.end.0.as_secs_f64(),
             wall_start: unix_secs(fired.span.1),
             wall_end: unix_secs(fired.end.1),
+            window_start_secs: window.0.as_secs_f64(),
+            window_end_secs: window.1.as_secs_f64(),
             frames: live.frames as u32,
             visual_tokens: live.visual_tokens as u32,
             prompt_tokens: g.prompt_tokens as u32,
@@ -496,6 +641,9 @@ impl CameraWatch {
             first_token_ms: g.first_token.as_secs_f64() * 1e3,
             total_ms: g.total.as_secs_f64() * 1e3,
             incomplete: g.cut,
+            activity: fired.pick.peak(),
+            event: fired.event.clone(),
+            snapshot,
         };
         tracing::info!(
             target: "narration",
@@ -509,6 +657,19 @@ impl CameraWatch {
         );
         if let Some(s) = stream {
             s.finish(&narration);
+        }
+        // The event it belongs to, if still in progress, gets an update naming it.
+        if let (Some(ev), Some(id)) = (&self.event, &narration.event)
+            && ev.id == *id
+        {
+            let at = (narration.stream_end_secs, narration.wall_end);
+            self.emit(
+                EventType::Update,
+                at,
+                narration.activity,
+                Some(narration.id.clone()),
+                narration.snapshot.clone(),
+            );
         }
         let _ = self.outputs.narrations.send(narration);
     }

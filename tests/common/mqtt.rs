@@ -194,6 +194,8 @@ pub struct Received {
     pub topic: String,
     /// Payload as text.
     pub text: String,
+    /// Payload as it came.
+    pub bytes: Vec<u8>,
     /// Delivered as a retained message.
     pub retain: bool,
 }
@@ -256,6 +258,7 @@ impl Subscriber {
                         g.lock().unwrap().push(Received {
                             topic: p.topic.clone(),
                             text: String::from_utf8_lossy(&p.payload).into_owned(),
+                            bytes: p.payload.to_vec(),
                             retain: p.retain,
                         });
                     }
