@@ -180,7 +180,8 @@ impl Rig {
 }
 
 /// The answer of `id` from its replies: chunks numbered 0.. without a gap, the last one `done`
-/// with an empty delta, then exactly one final message whose text is the chunks' text.
+/// (with the text not sent before it), then exactly one final message whose text is the chunks'
+/// text.
 fn streamed_answer(id: &str, replies: &[AnswerMessage]) -> Result<Answer, String> {
     let (last, chunks) = replies.split_last().ok_or("no reply")?;
     let AnswerMessage::Final(answer) = last else {
@@ -203,9 +204,8 @@ fn streamed_answer(id: &str, replies: &[AnswerMessage]) -> Result<Answer, String
         }
         text.push_str(&c.delta);
     }
-    match chunks.last() {
-        Some(AnswerMessage::Chunk(c)) if c.delta.is_empty() => {}
-        _ => return Err("no closing chunk with an empty delta".into()),
+    if chunks.is_empty() {
+        return Err("no chunks before the final answer".into());
     }
     if answer.id != id || answer.camera != "door" {
         return Err(format!(

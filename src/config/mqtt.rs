@@ -43,6 +43,9 @@ pub struct MqttConfig {
     pub question_max_chars: usize,
     /// Valid questions waiting for the query stage; beyond this they are answered `busy`.
     pub query_queue: usize,
+    /// Streamed text (narration and answer chunks) is sent at most this often: the first piece
+    /// at once, then what accumulated. Zero: every token is its own message.
+    pub chunk_interval: Duration,
     /// The embedded broker's listener and users.
     pub embedded: EmbeddedConfig,
 }
@@ -225,6 +228,7 @@ impl Default for MqttConfig {
             query_max_bytes: 16 * 1024,
             question_max_chars: 2000,
             query_queue: 16,
+            chunk_interval: Duration::from_millis(100),
             embedded: EmbeddedConfig {
                 listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
                 users: Vec::new(),
@@ -294,6 +298,14 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
     let link = decode_link_timing(&mut f, &d, sink);
     let outbox = decode_outbox(&mut f, &d, sink);
     let limits = decode_query_limits(&mut f, &d, sink);
+    let chunk_ms = bounded(
+        &mut f,
+        "chunk_interval_ms",
+        d.chunk_interval.as_millis() as usize,
+        0,
+        5000,
+        sink,
+    );
     let users = decode_users(&mut f, base_dir, embedded, sink);
     f.finish(sink);
 
@@ -313,6 +325,7 @@ pub(super) fn decode_mqtt(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
         query_max_bytes: limits.query_max_bytes,
         question_max_chars: limits.question_max_chars,
         query_queue: limits.query_queue,
+        chunk_interval: Duration::from_millis(u64::from(chunk_ms)),
         embedded: EmbeddedConfig { listen, users },
     }
 }

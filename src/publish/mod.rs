@@ -216,6 +216,7 @@ pub fn start(
         outbox::Outbox::new(cfg.outbox_capacity, cfg.outbox_when_full),
         limits,
         cameras,
+        cfg.chunk_interval,
     );
     let (events_tx, events_rx) = mpsc::channel(256);
     let (seen_tx, seen_rx) = watch::channel(0u64);

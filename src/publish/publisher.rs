@@ -11,6 +11,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// Where the answer to one query goes: its answer topic (or MQTT 5 response topic) and the
@@ -101,6 +102,8 @@ pub(crate) struct Shared {
     pub counters: Counters,
     pub last_error: Mutex<Option<String>>,
     pub instance: Instance,
+    /// `mqtt.chunk_interval_ms`.
+    pub chunk_interval: Duration,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -129,6 +132,7 @@ impl Publisher {
         outbox: Outbox,
         limits: QueryLimits,
         cameras: CameraDirectory,
+        chunk_interval: Duration,
     ) -> Self {
         Publisher {
             shared: Arc::new(Shared {
@@ -141,6 +145,7 @@ impl Publisher {
                 counters: Counters::default(),
                 last_error: Mutex::new(None),
                 instance: Instance::new(),
+                chunk_interval,
             }),
         }
     }
@@ -251,9 +256,9 @@ impl Publisher {
     /// final message.
     pub fn answer_stream(&self, reply: ReplyTo) -> AnswerStream {
         AnswerStream {
+            chunker: Chunker::new(self.shared.chunk_interval),
             publisher: self.clone(),
             reply,
-            seq: 0,
         }
     }
 
@@ -264,10 +269,10 @@ impl Publisher {
         id: impl Into<String>,
     ) -> NarrationStream {
         NarrationStream {
+            chunker: Chunker::new(self.shared.chunk_interval),
             publisher: self.clone(),
             camera: camera.into(),
             id: id.into(),
-            seq: 0,
         }
     }
 
@@ -350,12 +355,62 @@ impl Publisher {
     }
 }
 
+/// Groups a token stream into chunks: the first piece is sent at once, then whatever accumulated
+/// once `interval` has passed since the last chunk (checked as each piece arrives), and the rest
+/// with the closing chunk. A piece of text so waits at most `interval` plus one token's
+/// generation time.
+#[derive(Debug)]
+struct Chunker {
+    interval: Duration,
+    seq: u64,
+    pending: String,
+    last_sent: Option<Instant>,
+}
+
+impl Chunker {
+    fn new(interval: Duration) -> Chunker {
+        Chunker {
+            interval,
+            seq: 0,
+            pending: String::new(),
+            last_sent: None,
+        }
+    }
+
+    /// Adds `delta`; returns the chunk to send now, if one is due.
+    fn push(&mut self, id: &str, delta: &str) -> Option<Chunk> {
+        self.pending.push_str(delta);
+        let due = self.last_sent.is_none_or(|t| t.elapsed() >= self.interval);
+        if !due || self.pending.is_empty() {
+            return None;
+        }
+        self.last_sent = Some(Instant::now());
+        Some(self.take(id, false))
+    }
+
+    /// The closing chunk, with what has not been sent yet.
+    fn finish(&mut self, id: &str) -> Chunk {
+        self.take(id, true)
+    }
+
+    fn take(&mut self, id: &str, done: bool) -> Chunk {
+        let chunk = Chunk {
+            id: id.to_string(),
+            seq: self.seq,
+            delta: std::mem::take(&mut self.pending),
+            done,
+        };
+        self.seq += 1;
+        chunk
+    }
+}
+
 /// Chunks of one answer, numbered from 0.
 #[derive(Debug)]
 pub struct AnswerStream {
     publisher: Publisher,
     reply: ReplyTo,
-    seq: u64,
+    chunker: Chunker,
 }
 
 impl AnswerStream {
@@ -364,26 +419,17 @@ impl AnswerStream {
         &self.reply
     }
 
-    /// Publishes the next piece of text.
-    pub fn chunk(&mut self, delta: &str) -> Pushed {
-        let chunk = Chunk {
-            id: self.reply.id.clone(),
-            seq: self.seq,
-            delta: delta.to_string(),
-            done: false,
-        };
-        self.seq += 1;
-        self.publisher.answer_chunk(&self.reply, &chunk)
+    /// Adds the next piece of text; it is published now or with a later chunk
+    /// (`mqtt.chunk_interval_ms`). `None`: held for a later chunk.
+    pub fn chunk(&mut self, delta: &str) -> Option<Pushed> {
+        let chunk = self.chunker.push(&self.reply.id, delta)?;
+        Some(self.publisher.answer_chunk(&self.reply, &chunk))
     }
 
-    /// Publishes the closing chunk (`done: true`, empty delta) and the final answer.
-    pub fn finish(self, answer: &Answer) -> Pushed {
-        let chunk = Chunk {
-            id: self.reply.id.clone(),
-            seq: self.seq,
-            delta: String::new(),
-            done: true,
-        };
+    /// Publishes the closing chunk (`done: true`, with the text not sent yet, possibly empty)
+    /// and the final answer.
+    pub fn finish(mut self, answer: &Answer) -> Pushed {
+        let chunk = self.chunker.finish(&self.reply.id);
         self.publisher.answer_chunk(&self.reply, &chunk);
         self.publisher.answer_final(&self.reply, answer)
     }
@@ -406,30 +452,20 @@ pub struct NarrationStream {
     publisher: Publisher,
     camera: String,
     id: String,
-    seq: u64,
+    chunker: Chunker,
 }
 
 impl NarrationStream {
-    /// Publishes the next piece of text.
-    pub fn chunk(&mut self, delta: &str) -> Pushed {
-        let chunk = Chunk {
-            id: self.id.clone(),
-            seq: self.seq,
-            delta: delta.to_string(),
-            done: false,
-        };
-        self.seq += 1;
-        self.publisher.narration_chunk(&self.camera, &chunk)
+    /// Adds the next piece of text; it is published now or with a later chunk
+    /// (`mqtt.chunk_interval_ms`). `None`: held for a later chunk.
+    pub fn chunk(&mut self, delta: &str) -> Option<Pushed> {
+        let chunk = self.chunker.push(&self.id, delta)?;
+        Some(self.publisher.narration_chunk(&self.camera, &chunk))
     }
 
-    /// Publishes the closing chunk and the narration itself.
-    pub fn finish(self, narration: &Narration) -> Pushed {
-        let chunk = Chunk {
-            id: self.id.clone(),
-            seq: self.seq,
-            delta: String::new(),
-            done: true,
-        };
+    /// Publishes the closing chunk (with the text not sent yet) and the narration itself.
+    pub fn finish(mut self, narration: &Narration) -> Pushed {
+        let chunk = self.chunker.finish(&self.id);
         self.publisher.narration_chunk(&self.camera, &chunk);
         self.publisher.narration(narration)
     }
@@ -438,4 +474,48 @@ impl NarrationStream {
 fn json<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     // Our payload types are plain structs of strings and numbers: serialisation cannot fail.
     serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deltas(c: &[Chunk]) -> Vec<(&str, bool)> {
+        c.iter().map(|c| (c.delta.as_str(), c.done)).collect()
+    }
+
+    #[test]
+    fn the_first_piece_goes_at_once_and_the_rest_waits_for_the_interval() {
+        let mut c = Chunker::new(Duration::from_secs(3600));
+        let mut sent: Vec<Chunk> = ["A", " red", " ball"]
+            .iter()
+            .filter_map(|d| c.push("n", d))
+            .collect();
+        sent.push(c.finish("n"));
+        assert_eq!(deltas(&sent), [("A", false), (" red ball", true)]);
+        assert_eq!(sent.iter().map(|c| c.seq).collect::<Vec<_>>(), [0, 1]);
+    }
+
+    #[test]
+    fn a_zero_interval_sends_every_piece_and_an_empty_closing_chunk() {
+        let mut c = Chunker::new(Duration::ZERO);
+        // An empty first piece is not a chunk: the first text still goes at once.
+        let mut sent: Vec<Chunk> = ["", "A", " ball"]
+            .iter()
+            .filter_map(|d| c.push("n", d))
+            .collect();
+        sent.push(c.finish("n"));
+        assert_eq!(deltas(&sent), [("A", false), (" ball", false), ("", true)]);
+    }
+
+    #[test]
+    fn pieces_after_the_interval_go_together() {
+        let mut c = Chunker::new(Duration::from_millis(30));
+        assert!(c.push("n", "A").is_some());
+        assert!(c.push("n", " red").is_none());
+        std::thread::sleep(Duration::from_millis(40));
+        let next = c.push("n", " ball").expect("due after the interval");
+        assert_eq!(next.delta, " red ball");
+        assert_eq!(c.finish("n").delta, "");
+    }
 }
