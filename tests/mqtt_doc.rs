@@ -166,6 +166,7 @@ fn every_error_code_is_documented() {
         "missing_field",
         "invalid_field",
         "unknown_camera",
+        "retained",
         "empty_question",
         "question_too_long",
         "window_too_long",

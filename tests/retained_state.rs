@@ -182,3 +182,94 @@ async fn a_narration_cut_by_the_stop_is_marked_incomplete() {
     );
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// `mosquitto_pub` (the real client) publishing `payload` on `topic`, retained.
+fn mosquitto_pub_retained(port: u16, topic: &str, payload: &str) {
+    let ok = std::process::Command::new("mosquitto_pub")
+        .args([
+            "-p",
+            &port.to_string(),
+            "-q",
+            "1",
+            "-r",
+            "-t",
+            topic,
+            "-m",
+            payload,
+        ])
+        .status()
+        .expect("mosquitto_pub runs")
+        .success();
+    assert!(ok, "mosquitto_pub -r {topic}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retained_question_is_refused_once_and_its_retained_copy_cleared() {
+    let broker = Mosquitto::start();
+    // Published retained before the runtime exists: the broker delivers it at every subscribe.
+    mosquitto_pub_retained(
+        broker.port,
+        "edgevlm/door/query",
+        r#"{"id":"kept","question":"What is moving?"}"#,
+    );
+    let state = std::env::temp_dir().join(format!("edgevlm-rq-{}", std::process::id()));
+    let text = format!(
+        "[runtime]\nstate_dir = \"{}\"\n[engine]\nenabled = false\n\
+         [mqtt]\nbroker = \"{}\"\n\
+         [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nsample_fps = 1\nnarrate = []\n",
+        state.display(),
+        broker.url(),
+    );
+    let config = Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"));
+    let w = Subscriber::start(broker.port, &["edgevlm/door/answer/+", "edgevlm/errors"]).await;
+    let rt = Runtime::start(config, RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    let replied = |m: &[Received]| m.iter().any(|r| r.topic == "edgevlm/door/answer/kept");
+    assert!(w.wait(BOUND, replied).await, "{:?}", w.messages());
+    let reply = w.on("edgevlm/door/answer/kept").remove(0).json();
+    assert_eq!(reply["error"]["code"], "retained", "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("without the retain flag"),
+        "{reply}"
+    );
+    // The clearing went out before the reply, on the same connection: the broker holds no
+    // retained question now. A new subscriber asks for the query topic, then for a sentinel
+    // retained after the reply; Mosquitto answers subscriptions in order, so the sentinel
+    // arriving first-and-alone shows the query topic has nothing retained.
+    mosquitto_pub_retained(broker.port, "sentinel/after", "1");
+    let late = Subscriber::start(broker.port, &["edgevlm/door/query", "sentinel/after"]).await;
+    assert!(
+        late.wait(BOUND, |m| m.iter().any(|r| r.topic == "sentinel/after"))
+            .await
+    );
+    assert!(
+        late.on("edgevlm/door/query").is_empty(),
+        "still retained: {:?}",
+        late.messages()
+    );
+    // The echo of the clearing (an empty message) is not taken for a bad question.
+    let live = Subscriber::start(broker.port, &["edgevlm/door/answer/+"]).await;
+    live.publish(
+        "edgevlm/door/query",
+        r#"{"id":"live","question":"What is moving?"}"#,
+    )
+    .await;
+    assert!(
+        live.wait(BOUND, |m| m
+            .iter()
+            .any(|r| r.topic == "edgevlm/door/answer/live"))
+            .await
+    );
+    assert!(
+        w.on("edgevlm/errors").is_empty(),
+        "{:?}",
+        w.on("edgevlm/errors")
+    );
+    assert_eq!(w.on("edgevlm/door/answer/kept").len(), 1);
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
+}

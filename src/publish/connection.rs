@@ -14,7 +14,7 @@ use super::wire::{Incoming, WireClient, WireEvent, WireLoop};
 use crate::base::{Backoff, Clock, log_safe};
 use crate::query::{ErrorCode, QueryError};
 use crate::query::{Rejection, refuse_cut, validate};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -100,6 +100,53 @@ pub(crate) struct Controller {
     pub was_connected: bool,
     /// Timestamps questions on arrival.
     pub clock: Clock,
+    /// Retained questions refused and cleared (see [`RetainedQuestions`]).
+    pub retained_questions: RetainedQuestions,
+}
+
+/// What the controller remembers of the retained questions it refused, so that each is answered
+/// once and the echo of its clearing is not taken for a question. Bounded.
+#[derive(Debug, Default)]
+pub(crate) struct RetainedQuestions {
+    /// Query topics whose retained message was cleared, until the empty message comes back.
+    cleared: HashSet<String>,
+    /// (topic, payload hash) of the questions refused, newest last.
+    refused: VecDeque<(String, u64)>,
+}
+
+/// Retained questions remembered at most.
+const RETAINED_REMEMBERED: usize = 256;
+
+impl RetainedQuestions {
+    /// Records a retained question; false if it was refused before (delivered again, e.g. on a
+    /// reconnection before its clearing reached the broker).
+    fn first_time(&mut self, topic: &str, payload: &[u8]) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        payload.hash(&mut h);
+        let key = (topic.to_string(), h.finish());
+        if self.refused.contains(&key) {
+            return false;
+        }
+        if self.refused.len() >= RETAINED_REMEMBERED {
+            self.refused.pop_front();
+        }
+        self.refused.push_back(key);
+        true
+    }
+
+    /// Records that `topic`'s retained message is being cleared; false if it already is.
+    fn clearing(&mut self, topic: &str) -> bool {
+        if self.cleared.len() >= RETAINED_REMEMBERED {
+            self.cleared.clear();
+        }
+        self.cleared.insert(topic.to_string())
+    }
+
+    /// Whether an empty message on `topic` is the echo of a clearing (forgotten once seen).
+    fn is_echo(&mut self, topic: &str, payload: &[u8]) -> bool {
+        payload.is_empty() && self.cleared.remove(topic)
+    }
 }
 
 impl Controller {
@@ -312,12 +359,14 @@ impl Controller {
         let Some(camera) = topics.query_camera(&m.topic) else {
             return;
         };
+        if self.retained_questions.is_echo(&m.topic, &m.payload) {
+            return;
+        }
         if m.retain {
-            // A stored question is stale, and would be answered again after every reconnect.
             counters
                 .queries_retained_ignored
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(topic = %log_safe(&m.topic, 256), "Ignoring a retained question");
+            self.refuse_retained(&m, camera);
             return;
         }
         let correlation = m.correlation.as_ref().map(|c| c.to_vec());
@@ -428,6 +477,63 @@ impl Controller {
                     (None, _) => self.notice(&m.topic, camera, rejection.raw_id, rejection.error),
                 }
             }
+        }
+    }
+
+    /// A stored question is stale, and would be answered again after every reconnection: its
+    /// asker gets `retained` once (when an id can be read), and its retained copy is cleared
+    /// (an empty retained message on its topic), so it cannot come back.
+    fn refuse_retained(&mut self, m: &Incoming, camera: &str) {
+        let shared = self.shared.clone();
+        let publisher = super::Publisher {
+            shared: shared.clone(),
+        };
+        if self.retained_questions.clearing(&m.topic) {
+            publisher.push_message(Message {
+                topic: m.topic.clone(),
+                payload: Vec::new(),
+                retain: true,
+                class: Class::Reliable,
+                correlation: None,
+            });
+        }
+        if !self.retained_questions.first_time(&m.topic, &m.payload) {
+            return;
+        }
+        tracing::info!(topic = %log_safe(&m.topic, 256), "Retained question refused and cleared");
+        let id = match m.oversized {
+            Some(len) => refuse_cut(&m.payload, len, &shared.limits).id,
+            None => {
+                let cameras = lock(&shared.cameras);
+                match validate(
+                    camera,
+                    &m.payload,
+                    self.clock.now(),
+                    &shared.limits,
+                    &cameras,
+                ) {
+                    Ok((id, _)) => Some(id),
+                    Err(r) => r.id,
+                }
+            }
+        };
+        let error = QueryError::new(
+            ErrorCode::Retained,
+            "the question was published retained: it is not answered (the broker would deliver \
+             it again after every reconnection) and its retained copy is cleared; publish it \
+             without the retain flag",
+        );
+        match id {
+            Some(id) => {
+                let reply = ReplyTo {
+                    topic: shared.topics.answer(camera, &id),
+                    id,
+                    camera: camera.to_string(),
+                    correlation: m.correlation.as_ref().map(|c| c.to_vec()),
+                };
+                publisher.answer_error(&reply, error);
+            }
+            None => self.notice(&m.topic, camera, None, error),
         }
     }
 

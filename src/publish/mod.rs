@@ -246,6 +246,7 @@ pub fn start(
         warned_mismatch: false,
         was_connected: false,
         clock: options.clock.clone(),
+        retained_questions: Default::default(),
     };
     tracing::info!(
         broker = %describe,

@@ -60,7 +60,7 @@ pub struct PublishStats {
     pub queries_rejected: u64,
     /// Valid questions refused because the query queue was full (`busy`).
     pub queries_busy: u64,
-    /// Retained messages on query topics, ignored (a stored question is stale).
+    /// Retained messages on query topics, refused and cleared (a stored question is stale).
     pub queries_retained_ignored: u64,
     /// Questions over the MQTT packet limit, cut by the size guard and answered `too_large`.
     pub queries_oversized: u64,

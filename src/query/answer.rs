@@ -75,6 +75,9 @@ pub enum ErrorCode {
     ContextFull,
     /// The runtime failed while answering (see its log).
     Internal,
+    /// The question was a retained message: not answered (it would be answered again after
+    /// every reconnection); its retained copy is cleared.
+    Retained,
     /// A code this version does not know (sent by a newer runtime).
     #[serde(other)]
     Other,
@@ -98,6 +101,7 @@ impl ErrorCode {
             ErrorCode::NoFrames => "no_frames",
             ErrorCode::ContextFull => "context_full",
             ErrorCode::Internal => "internal",
+            ErrorCode::Retained => "retained",
             ErrorCode::Other => "other",
         }
     }

@@ -277,7 +277,7 @@ pub fn render_publish(p: &PublishStats) -> String {
         (
             "edgevlm_mqtt_queries_retained_ignored_total",
             "counter",
-            "Retained messages on query topics, ignored (a stored question is stale).",
+            "Retained messages on query topics, refused and cleared (a stored question is stale).",
             p.queries_retained_ignored as f64,
         ),
         (
