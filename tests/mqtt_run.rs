@@ -26,11 +26,16 @@ impl Run {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = dir.join("edgevlm.toml");
+        let client_id = if mqtt.contains("client_id") {
+            String::new()
+        } else {
+            format!("client_id = \"edgevlm-{tag}\"\n")
+        };
         std::fs::write(
             &cfg,
             format!(
                 "[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"state\"\n\n\
-                 [mqtt]\nclient_id = \"edgevlm-{tag}\"\nretry_initial_secs = 0.1\nretry_max_secs = 0.5\n{mqtt}\n\n\
+                 [mqtt]\n{client_id}retry_initial_secs = 0.1\nretry_max_secs = 0.5\n{mqtt}\n\n\
                  [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nsample_fps = 4\nwindow_secs = 30\n\n{extra}\n"
             ),
         )
@@ -280,6 +285,37 @@ async fn a_clean_sigterm_exit_publishes_stopped_then_offline() {
     assert!(status[0].retain);
     assert_eq!(status[0].json()["camera"], "door");
     assert_eq!(status[0].json()["state"], "stopped", "{:?}", status[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_with_the_same_client_id_refuses_to_start_and_names_the_first() {
+    let broker = Mosquitto::start();
+    let mqtt = format!("broker = \"{}\"\nclient_id = \"edgevlm-dup\"", broker.url());
+    let first = Run::start("dup-a", &mqtt, ENGINE_OFF);
+    let w = Subscriber::start(broker.port, &["edgevlm/available"]).await;
+    wait_online(&w, &first).await;
+    let pid = first.child.as_ref().unwrap().id();
+    let mut second = Run::start("dup-b", &mqtt, ENGINE_OFF);
+    let status = second.wait();
+    assert!(!status.success(), "{}", second.log());
+    let log = second.log();
+    assert!(
+        log.contains("mqtt.client_id \"edgevlm-dup\"") && log.contains(&format!("pid {pid}")),
+        "the error names the id and the process holding it:\n{log}"
+    );
+    // The first never lost its session: one `online`, no will.
+    let first_log = first.log();
+    assert_eq!(
+        first_log.matches("MQTT connected").count(),
+        1,
+        "{first_log}"
+    );
+    assert!(w.on("edgevlm/available").iter().all(|m| m.text == "online"));
+    // Once the first has stopped, the id is free.
+    drop(first);
+    let third = Run::start("dup-c", &mqtt, ENGINE_OFF);
+    let w3 = Subscriber::start(broker.port, &["edgevlm/available"]).await;
+    wait_online(&w3, &third).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

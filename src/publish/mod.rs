@@ -6,6 +6,7 @@
 //! our own that survives reconnects (see `outbox.rs` for why rumqttc's own queue is not enough).
 
 pub mod ask;
+mod claim;
 mod connection;
 mod guard;
 pub mod outbox;
@@ -15,6 +16,7 @@ mod tls;
 pub mod topics;
 mod wire;
 
+pub use claim::{ClientIdClaim, claim, claim_path};
 pub use outbox::{OutboxStats, Pushed};
 pub use payload::{
     AnswerMessage, Chunk, ErrorNotice, ErrorReply, Instance, StatusMessage, unix_now, unix_secs,
@@ -141,9 +143,16 @@ pub struct Connection {
     shutdown: watch::Sender<bool>,
     controller: JoinHandle<()>,
     poller: JoinHandle<()>,
+    claim: Option<ClientIdClaim>,
 }
 
 impl Connection {
+    /// Keeps `claim` on the client id for as long as the connection lives.
+    pub fn hold(mut self, claim: ClientIdClaim) -> Connection {
+        self.claim = Some(claim);
+        self
+    }
+
     /// Publishes retained `offline` after what is queued, waits for acknowledgements (at most
     /// `bound`) and disconnects.
     pub async fn shutdown(self, bound: Duration) {
@@ -153,6 +162,7 @@ impl Connection {
             tracing::warn!("MQTT connection did not close in time");
         }
         self.poller.abort();
+        drop(self.claim);
     }
 }
 
@@ -265,6 +275,7 @@ pub fn start(
             shutdown: shutdown_tx,
             controller,
             poller,
+            claim: None,
         },
     )
 }

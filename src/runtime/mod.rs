@@ -484,15 +484,27 @@ fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<(Mqtt, Ga
         tracing::info!("MQTT disabled (mqtt.enabled = false)");
         return Ok(None);
     }
-    let (endpoint, gate) = match m.broker {
+    let (endpoint, gate, claim) = match &m.broker {
         BrokerChoice::Embedded => {
             let topics = Topics::new(m.topic_prefix.clone());
             let broker = crate::broker::EmbeddedBroker::start(&m.embedded, &topics, &m.client_id)?;
-            (broker.runtime_endpoint(), Some(broker.counters()))
+            (broker.runtime_endpoint(), Some(broker.counters()), None)
         }
-        BrokerChoice::External { .. } => (Endpoint::external(m)?, None),
+        BrokerChoice::External { host, port, .. } => {
+            // An embedded broker is this process's own; an external one is shared with any
+            // other edgevlm on the host, which must not use the same client id.
+            let about = format!("state_dir {}", config.runtime.state_dir.display());
+            let claim = publish::claim(
+                &std::env::temp_dir(),
+                &format!("{host}:{port}"),
+                &m.client_id,
+                &about,
+            )
+            .map_err(|e| anyhow::anyhow!(e))?;
+            (Endpoint::external(m)?, None, Some(claim))
+        }
     };
-    let mqtt = publish::start(
+    let (publisher, questions, mut connection) = publish::start(
         m,
         endpoint,
         CameraDirectory::from_config(config),
@@ -501,7 +513,10 @@ fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<(Mqtt, Ga
             ..StartOptions::default()
         },
     );
-    Ok(Some((mqtt, gate)))
+    if let Some(claim) = claim {
+        connection = connection.hold(claim);
+    }
+    Ok(Some(((publisher, questions, connection), gate)))
 }
 
 /// `[vision.processor]` of the configured model's manifest (transformers-native VideoLLaMA3
