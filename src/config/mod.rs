@@ -4,6 +4,7 @@
 
 mod decode;
 mod engine;
+mod home_assistant;
 mod mqtt;
 mod pipeline;
 mod prune;
@@ -13,6 +14,7 @@ mod watch;
 
 pub use decode::{ConfigError, ConfigErrors};
 pub use engine::{EngineConfig, ProviderKind, TensorRtSettings};
+pub use home_assistant::HomeAssistantConfig;
 pub use mqtt::{
     BrokerChoice, BrokerUser, EMBEDDED_MAX_CLIENTS, EmbeddedConfig, MqttConfig, MqttProtocol,
     TlsFiles, USER_MAX_CONNECTIONS, WhenFull, check_topic_prefix,
@@ -48,6 +50,8 @@ pub struct Config {
     pub query: QueryConfig,
     /// The picture published with each narration and event (`[snapshots]`).
     pub snapshots: SnapshotConfig,
+    /// Home Assistant MQTT discovery (`[home_assistant]`).
+    pub home_assistant: HomeAssistantConfig,
 }
 
 /// How the runtime reports on itself (`[telemetry]`).
@@ -305,6 +309,7 @@ pub fn known_keys() -> Vec<String> {
         "memory",
         "query",
         "snapshots",
+        "home_assistant",
     ] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
@@ -339,6 +344,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let query = watch::decode_query(query_t, sink);
     let snapshots_t = top.table("snapshots", sink).unwrap_or(&empty);
     let snapshots = snapshots::decode_snapshots(snapshots_t, sink);
+    let ha_t = top.table("home_assistant", sink).unwrap_or(&empty);
+    let home_assistant = home_assistant::decode_home_assistant(ha_t, mqtt.enabled, sink);
 
     let cameras = decode_cameras(&mut top, base_dir, &vision, sink);
     top.finish(sink);
@@ -354,6 +361,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         memory,
         query,
         snapshots,
+        home_assistant,
     }
 }
 
@@ -974,6 +982,32 @@ width = 100
             );
         }
         assert!(!errs.iter().any(|e| e.contains("pw@")), "{errs:#?}");
+    }
+
+    #[test]
+    fn snapshot_and_home_assistant_settings_are_checked_with_their_paths() {
+        let errs = errors(
+            "[snapshots]\nmax_width = 10\nquality = 0\nqueue = 0\n\
+             [home_assistant]\ndiscovery = true\ndiscovery_prefix = \"ha/#\"\n\
+             [mqtt]\nenabled = false\n\
+             [[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n",
+        );
+        let expected = [
+            "snapshots.max_width: must be between 32 and 3840, got 10",
+            "snapshots.quality: must be between 1 and 100, got 0",
+            "snapshots.queue: must be between 1 and 1024, got 0",
+            "home_assistant.discovery: is true but mqtt.enabled is false",
+            "home_assistant.discovery_prefix: `ha/#`: must not contain",
+        ];
+        for e in expected {
+            assert!(
+                errs.iter().any(|got| got.starts_with(e)),
+                "missing `{e}` in {errs:#?}"
+            );
+        }
+        let ok = Config::parse("[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n", None).unwrap();
+        assert_eq!(ok.snapshots, SnapshotConfig::default());
+        assert!(!ok.home_assistant.discovery);
     }
 
     #[test]

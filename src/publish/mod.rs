@@ -8,6 +8,7 @@
 pub mod ask;
 mod claim;
 mod connection;
+pub mod discovery;
 mod guard;
 pub mod outbox;
 pub mod payload;

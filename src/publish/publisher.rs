@@ -220,10 +220,39 @@ impl Publisher {
         self.set_retained(self.shared.topics.status(&report.camera), Some(body));
     }
 
-    /// Clears the retained status and snapshot of a camera that no longer exists.
+    /// Clears the retained status, activity and snapshot of a camera that no longer exists.
     pub fn clear_status(&self, camera: &str) {
         self.set_retained(self.shared.topics.status(camera), None);
+        self.set_retained(self.shared.topics.activity(camera), None);
         self.set_retained(self.shared.topics.snapshot(camera), None);
+    }
+
+    /// Whether a change event is in progress on `camera`: `ON` / `OFF`, retained.
+    pub fn activity(&self, camera: &str, active: bool) {
+        let value = if active { "ON" } else { "OFF" };
+        self.set_retained(
+            self.shared.topics.activity(camera),
+            Some(value.as_bytes().to_vec()),
+        );
+    }
+
+    /// Announces `camera` to Home Assistant (retained discovery configs, sent again after every
+    /// reconnection); `node` is the runtime's client id.
+    pub fn announce(&self, discovery_prefix: &str, node: &str, camera: &str) {
+        let configs =
+            super::discovery::camera_configs(discovery_prefix, node, &self.shared.topics, camera);
+        for (topic, body) in configs {
+            self.set_retained(topic, Some(json(&body)));
+        }
+    }
+
+    /// Removes `camera` from Home Assistant (empty retained configs).
+    pub fn withdraw(&self, discovery_prefix: &str, node: &str, camera: &str) {
+        let configs =
+            super::discovery::camera_configs(discovery_prefix, node, &self.shared.topics, camera);
+        for (topic, _) in configs {
+            self.set_retained(topic, None);
+        }
     }
 
     /// A snapshot (JPEG) on `<prefix>/<camera>/snapshot/<id>` (QoS 1 while connected, not queued

@@ -50,6 +50,12 @@ impl Topics {
         format!("{}/{camera}/events", self.prefix)
     }
 
+    /// `<prefix>/<camera>/activity`: `ON` while a change event is in progress, else `OFF`;
+    /// retained.
+    pub fn activity(&self, camera: &str) -> String {
+        format!("{}/{camera}/activity", self.prefix)
+    }
+
     /// `<prefix>/<camera>/snapshot`: the newest snapshot (JPEG), retained.
     pub fn snapshot(&self, camera: &str) -> String {
         format!("{}/{camera}/snapshot", self.prefix)

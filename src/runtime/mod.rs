@@ -177,6 +177,11 @@ impl Runtime {
             }
             None => (None, None),
         };
+        if let Some(p) = &mqtt_publisher {
+            for camera in &config.cameras {
+                introduce(p, &config, &camera.id);
+            }
+        }
         let mut outputs = Outputs::new(mqtt_publisher.clone());
         if let Some(s) = snapshots.clone() {
             outputs = outputs.with_snapshots(s);
@@ -384,8 +389,19 @@ impl Control {
         }
         if let Some(publisher) = &self.publisher {
             publisher.set_cameras(CameraDirectory::from_config(&new));
+            let ha = &self.config.home_assistant;
             for gone in &s.removed {
                 publisher.clear_status(gone);
+                if ha.discovery {
+                    publisher.withdraw(&ha.discovery_prefix, &self.config.mqtt.client_id, gone);
+                }
+            }
+            for added in &s.added {
+                introduce(publisher, &self.config, added);
+            }
+            // A restarted camera's watch starts afresh: an event in progress is not continued.
+            for restarted in &s.restarted {
+                publisher.activity(restarted, false);
             }
         }
         if let Some(snapshots) = &self.outputs.snapshots {
@@ -393,8 +409,10 @@ impl Control {
                 snapshots.forget(gone);
             }
         }
-        // `[snapshots]` is read at start only, like `[engine]` and `[mqtt]`.
+        // `[snapshots]` and `[home_assistant]` are read at start only, like `[engine]` and
+        // `[mqtt]`.
         new.snapshots = self.config.snapshots;
+        new.home_assistant = self.config.home_assistant.clone();
         let _ = self.views.send(self.supervisor.views());
         tracing::info!(
             added = ?s.added, removed = ?s.removed, restarted = ?s.restarted,
@@ -455,6 +473,7 @@ impl Control {
                 r.state = CameraState::Stopped;
                 r.reason = Some(STOPPED_REASON.into());
                 publisher.status(&r);
+                publisher.activity(&r.camera, false);
             }
         }
         self.supervisor.shutdown(STOP_BOUND).await;
@@ -478,6 +497,17 @@ type Mqtt = (Publisher, mpsc::Receiver<publish::QueryRequest>, Connection);
 type GateCounters = Option<Arc<crate::broker::GateCounters>>;
 
 /// Starts the embedded broker (if configured) and the publisher.
+/// A camera's first retained state: no activity yet, and its Home Assistant device when
+/// discovery is on (`[home_assistant]` and `[mqtt]` are read at start only: `config` is the
+/// configuration the runtime started with).
+fn introduce(publisher: &Publisher, config: &Config, camera: &str) {
+    publisher.activity(camera, false);
+    let ha = &config.home_assistant;
+    if ha.discovery {
+        publisher.announce(&ha.discovery_prefix, &config.mqtt.client_id, camera);
+    }
+}
+
 fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<(Mqtt, GateCounters)>> {
     let m = &config.mqtt;
     if !m.enabled {

@@ -512,6 +512,9 @@ impl CameraWatch {
                     start: at,
                     pick,
                 });
+                if let Some(p) = &self.outputs.publisher {
+                    p.activity(&self.memory.camera, true);
+                }
                 self.emit(EventType::New, at, f.kept_ratio(), None, snapshot);
             }
             Some(ChangeKind::End) => {
@@ -520,6 +523,9 @@ impl CameraWatch {
                 let snapshot = id.and_then(|id| self.snapshot(&id, best.as_ref()));
                 self.emit(EventType::End, at, f.kept_ratio(), None, snapshot);
                 self.event = None;
+                if let Some(p) = &self.outputs.publisher {
+                    p.activity(&self.memory.camera, false);
+                }
             }
             None => {}
         }
