@@ -128,6 +128,7 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                 };
                 let code = serde_json::to_value(StatusMessage {
                     report: &report,
+                    node: "",
                     instance: "",
                     started: 0.0,
                     ts: 0.0,

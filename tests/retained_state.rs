@@ -9,6 +9,7 @@ use common::ChildCamera;
 use common::mqtt::{Mosquitto, Received, Subscriber};
 use edgevlm::config::Config;
 use edgevlm::runtime::{Runtime, RuntimeOptions, STOPPED_REASON};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// A failure bound only: every wait ends as soon as its message comes.
@@ -271,5 +272,80 @@ async fn a_retained_question_is_refused_once_and_its_retained_copy_cleared() {
     );
     assert_eq!(w.on("edgevlm/door/answer/kept").len(), 1);
     rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_camera_gone_between_two_runs_has_its_retained_state_cleared_and_other_nodes_keep_theirs()
+{
+    let broker = Mosquitto::start();
+    let state = std::env::temp_dir().join(format!("edgevlm-gone-{}", std::process::id()));
+    let config = |cameras: &[&str]| {
+        let mut text = format!(
+            "[runtime]\nstate_dir = \"{}\"\n[engine]\nenabled = false\n\
+             [mqtt]\nbroker = \"{}\"\nclient_id = \"edgevlm-gone\"\n",
+            state.display(),
+            broker.url(),
+        );
+        for c in cameras {
+            text.push_str(&format!(
+                "[[cameras]]\nid = \"{c}\"\nuri = \"test://ball\"\nsample_fps = 1\nnarrate = []\n"
+            ));
+        }
+        Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"))
+    };
+    // Another node shares the prefix: its camera's status is not ours to clear.
+    mosquitto_pub_retained(
+        broker.port,
+        "edgevlm/porch/status",
+        r#"{"camera":"porch","state":"running","node":"edgevlm-other","instance":"1"}"#,
+    );
+    let w = Subscriber::start(broker.port, &["edgevlm/+/status", "edgevlm/+/activity"]).await;
+    let first = Runtime::start(config(&["door", "yard"]), RuntimeOptions::default())
+        .await
+        .expect("the first run starts");
+    let yard_running = |m: &[Received]| {
+        m.iter()
+            .any(|r| r.topic == "edgevlm/yard/status" && r.json()["state"] == "running")
+    };
+    assert!(w.wait(BOUND, yard_running).await, "{:?}", w.messages());
+    assert_eq!(
+        w.on("edgevlm/yard/status").last().unwrap().json()["node"],
+        "edgevlm-gone"
+    );
+    first.shutdown().await;
+
+    // The second run has no `yard`: what the first left retained about it is cleared.
+    let second = Runtime::start(config(&["door"]), RuntimeOptions::default())
+        .await
+        .expect("the second run starts");
+    let cleared = |m: &[Received]| {
+        ["edgevlm/yard/status", "edgevlm/yard/activity"]
+            .iter()
+            .all(|t| m.iter().any(|r| r.topic == *t && r.bytes.is_empty()))
+    };
+    assert!(w.wait(BOUND, cleared).await, "{:?}", w.messages());
+    // A late subscriber sees door's and the other node's statuses, not yard's: the sentinel,
+    // retained after the clearing and asked for last, comes after whatever is retained.
+    mosquitto_pub_retained(broker.port, "sentinel/gone", "1");
+    let late = Subscriber::start(broker.port, &["edgevlm/+/status", "sentinel/gone"]).await;
+    assert!(
+        late.wait(BOUND, |m| m.iter().any(|r| r.topic == "sentinel/gone"))
+            .await
+    );
+    let retained: BTreeSet<String> = late
+        .messages()
+        .iter()
+        .filter(|r| r.topic.ends_with("/status"))
+        .map(|r| r.topic.clone())
+        .collect();
+    assert_eq!(
+        retained,
+        BTreeSet::from([
+            "edgevlm/door/status".to_string(),
+            "edgevlm/porch/status".to_string()
+        ])
+    );
+    second.shutdown().await;
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -240,12 +240,13 @@ impl Controller {
                 counters.connected.store(true, Ordering::Relaxed);
                 counters.connects.fetch_add(1, Ordering::Relaxed);
                 lock(&self.shared.outbox).connected();
-                if self
-                    .client
-                    .try_subscribe(&self.shared.topics.query_filter())
-                    .is_err()
-                {
-                    tracing::error!("MQTT request channel full; questions are not subscribed");
+                for filter in [
+                    self.shared.topics.query_filter(),
+                    self.shared.topics.status_filter(),
+                ] {
+                    if self.client.try_subscribe(&filter).is_err() {
+                        tracing::error!(filter = %filter, "MQTT request channel full; not subscribed");
+                    }
                 }
                 {
                     let mut r = lock(&self.shared.retained);
@@ -284,11 +285,17 @@ impl Controller {
                     tracing::warn!(reason = %reason, "The MQTT broker refused a publish");
                 }
             }
-            Ok(WireEvent::Message(m)) => self.question(m),
+            Ok(WireEvent::Message(m)) => {
+                if self.shared.topics.status_camera(&m.topic).is_some() {
+                    self.status(m);
+                } else {
+                    self.question(m);
+                }
+            }
             Ok(WireEvent::SubscribeRefused) => {
                 tracing::error!(
-                    filter = %self.shared.topics.query_filter(),
-                    "The MQTT broker refused the subscription to questions (check its ACL)"
+                    filters = %format!("{}, {}", self.shared.topics.query_filter(), self.shared.topics.status_filter()),
+                    "The MQTT broker refused a subscription (check its ACL: the runtime reads questions and statuses)"
                 );
             }
             Ok(WireEvent::Disconnected) | Ok(WireEvent::Subscribed) | Ok(WireEvent::Other) => {}
@@ -478,6 +485,39 @@ impl Controller {
                 }
             }
         }
+    }
+
+    /// A retained status on `<prefix>/+/status`, delivered when the runtime subscribes: one
+    /// that an earlier run of this node published for a camera this one does not have is
+    /// stale, and everything retained about that camera is cleared (status, activity, snapshot,
+    /// Home Assistant entities). Other nodes' statuses (a shared prefix) and live ones (this
+    /// run's own, echoed) are left alone.
+    fn status(&mut self, m: Incoming) {
+        if !m.retain || m.payload.is_empty() {
+            return;
+        }
+        let Some(camera) = self.shared.topics.status_camera(&m.topic) else {
+            return;
+        };
+        if lock(&self.shared.cameras).window(camera).is_some() {
+            return;
+        }
+        let Ok(status) = serde_json::from_slice::<serde_json::Value>(&m.payload) else {
+            return;
+        };
+        let ours = status["node"].as_str() == Some(self.shared.node.as_str());
+        let this_run = status["instance"].as_str() == Some(self.shared.instance.id.as_str());
+        if !ours || this_run {
+            return;
+        }
+        tracing::info!(
+            camera = %log_safe(camera, 64),
+            "Cleared the retained state of a camera a previous run published and this configuration no longer has"
+        );
+        let publisher = super::Publisher {
+            shared: self.shared.clone(),
+        };
+        publisher.forget(camera);
     }
 
     /// A stored question is stale, and would be answered again after every reconnection: its

@@ -228,6 +228,7 @@ pub fn start(
         limits,
         cameras,
         cfg.chunk_interval,
+        cfg.client_id.clone(),
     );
     let (events_tx, events_rx) = mpsc::channel(256);
     let (seen_tx, seen_rx) = watch::channel(0u64);

@@ -60,6 +60,8 @@ pub struct StatusMessage<'a> {
     /// The report (flattened: `camera`, `state`, `fps_in`, …).
     #[serde(flatten)]
     pub report: &'a CameraReport,
+    /// Which runtime published it: its MQTT client id (`mqtt.client_id`).
+    pub node: &'a str,
     /// Which run published it (drawn at random at start).
     pub instance: &'a str,
     /// When that run started (Unix seconds).

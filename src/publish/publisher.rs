@@ -104,6 +104,10 @@ pub(crate) struct Shared {
     pub instance: Instance,
     /// `mqtt.chunk_interval_ms`.
     pub chunk_interval: Duration,
+    /// This runtime's client id, named in its statuses.
+    pub node: String,
+    /// Home Assistant's discovery prefix, when discovery is on.
+    pub discovery: Mutex<Option<String>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -133,6 +137,7 @@ impl Publisher {
         limits: QueryLimits,
         cameras: CameraDirectory,
         chunk_interval: Duration,
+        node: String,
     ) -> Self {
         Publisher {
             shared: Arc::new(Shared {
@@ -146,6 +151,8 @@ impl Publisher {
                 last_error: Mutex::new(None),
                 instance: Instance::new(),
                 chunk_interval,
+                node,
+                discovery: Mutex::new(None),
             }),
         }
     }
@@ -213,6 +220,7 @@ impl Publisher {
         let instance = &self.shared.instance;
         let body = json(&StatusMessage {
             report,
+            node: &self.shared.node,
             instance: &instance.id,
             started: instance.started,
             ts: unix_now(),
@@ -236,20 +244,41 @@ impl Publisher {
         );
     }
 
-    /// Announces `camera` to Home Assistant (retained discovery configs, sent again after every
-    /// reconnection); `node` is the runtime's client id.
-    pub fn announce(&self, discovery_prefix: &str, node: &str, camera: &str) {
-        let configs =
-            super::discovery::camera_configs(discovery_prefix, node, &self.shared.topics, camera);
+    /// Turns Home Assistant discovery on under `discovery_prefix` (at start).
+    pub fn enable_discovery(&self, discovery_prefix: &str) {
+        *lock(&self.shared.discovery) = Some(discovery_prefix.to_string());
+    }
+
+    /// Announces `camera` to Home Assistant, when discovery is on (retained discovery configs,
+    /// sent again after every reconnection).
+    pub fn announce(&self, camera: &str) {
+        let Some(prefix) = lock(&self.shared.discovery).clone() else {
+            return;
+        };
+        let configs = super::discovery::camera_configs(
+            &prefix,
+            &self.shared.node,
+            &self.shared.topics,
+            camera,
+        );
         for (topic, body) in configs {
             self.set_retained(topic, Some(json(&body)));
         }
     }
 
-    /// Removes `camera` from Home Assistant (empty retained configs).
-    pub fn withdraw(&self, discovery_prefix: &str, node: &str, camera: &str) {
-        let configs =
-            super::discovery::camera_configs(discovery_prefix, node, &self.shared.topics, camera);
+    /// Forgets a camera that no longer exists: its retained status, activity and snapshot are
+    /// cleared, and its Home Assistant entities removed when discovery is on.
+    pub fn forget(&self, camera: &str) {
+        self.clear_status(camera);
+        let Some(prefix) = lock(&self.shared.discovery).clone() else {
+            return;
+        };
+        let configs = super::discovery::camera_configs(
+            &prefix,
+            &self.shared.node,
+            &self.shared.topics,
+            camera,
+        );
         for (topic, _) in configs {
             self.set_retained(topic, None);
         }

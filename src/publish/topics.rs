@@ -71,6 +71,19 @@ impl Topics {
         format!("{}/{camera}/query", self.prefix)
     }
 
+    /// `<prefix>/+/status`: every camera's retained status (read at connection to find cameras
+    /// a previous run published and this one no longer has).
+    pub fn status_filter(&self) -> String {
+        format!("{}/+/status", self.prefix)
+    }
+
+    /// The camera of a `<prefix>/<camera>/status` topic.
+    pub fn status_camera<'t>(&self, topic: &'t str) -> Option<&'t str> {
+        let rest = topic.strip_prefix(&self.prefix)?.strip_prefix('/')?;
+        let camera = rest.strip_suffix("/status")?;
+        (!camera.is_empty() && !camera.contains('/')).then_some(camera)
+    }
+
     /// `<prefix>/+/query`: the runtime's subscription.
     pub fn query_filter(&self) -> String {
         format!("{}/+/query", self.prefix)

@@ -178,8 +178,11 @@ impl Runtime {
             None => (None, None),
         };
         if let Some(p) = &mqtt_publisher {
+            if config.home_assistant.discovery {
+                p.enable_discovery(&config.home_assistant.discovery_prefix);
+            }
             for camera in &config.cameras {
-                introduce(p, &config, &camera.id);
+                introduce(p, &camera.id);
             }
         }
         let mut outputs = Outputs::new(mqtt_publisher.clone());
@@ -389,15 +392,11 @@ impl Control {
         }
         if let Some(publisher) = &self.publisher {
             publisher.set_cameras(CameraDirectory::from_config(&new));
-            let ha = &self.config.home_assistant;
             for gone in &s.removed {
-                publisher.clear_status(gone);
-                if ha.discovery {
-                    publisher.withdraw(&ha.discovery_prefix, &self.config.mqtt.client_id, gone);
-                }
+                publisher.forget(gone);
             }
             for added in &s.added {
-                introduce(publisher, &self.config, added);
+                introduce(publisher, added);
             }
             // A restarted camera's watch starts afresh: an event in progress is not continued.
             for restarted in &s.restarted {
@@ -498,14 +497,10 @@ type GateCounters = Option<Arc<crate::broker::GateCounters>>;
 
 /// Starts the embedded broker (if configured) and the publisher.
 /// A camera's first retained state: no activity yet, and its Home Assistant device when
-/// discovery is on (`[home_assistant]` and `[mqtt]` are read at start only: `config` is the
-/// configuration the runtime started with).
-fn introduce(publisher: &Publisher, config: &Config, camera: &str) {
+/// discovery is on.
+fn introduce(publisher: &Publisher, camera: &str) {
     publisher.activity(camera, false);
-    let ha = &config.home_assistant;
-    if ha.discovery {
-        publisher.announce(&ha.discovery_prefix, &config.mqtt.client_id, camera);
-    }
+    publisher.announce(camera);
 }
 
 fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<(Mqtt, GateCounters)>> {
