@@ -49,6 +49,7 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
     let tags: BTreeSet<&str> = examples.iter().map(|(t, _)| t.as_str()).collect();
     for required in [
         "status",
+        "stats",
         "narration",
         "chunk",
         "query",
@@ -100,8 +101,8 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                 .map_err(|r| r.error.to_string())
             }
             "status" => {
-                // The status is a CameraReport (serialise-only): the example must have exactly its
-                // fields.
+                // The status is part of a CameraReport (serialise-only): the example must have
+                // exactly its fields.
                 let report = CameraReport {
                     camera: "door".into(),
                     state: CameraState::Running,
@@ -126,14 +127,9 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                         ..Default::default()
                     }),
                 };
-                let code = serde_json::to_value(StatusMessage {
-                    report: &report,
-                    node: "",
-                    instance: "",
-                    started: 0.0,
-                    ts: 0.0,
-                })
-                .unwrap();
+                let instance = edgevlm::publish::Instance::new();
+                let code = serde_json::to_value(StatusMessage::of(&report, "node", &instance, 0.0))
+                    .unwrap();
                 let doc: serde_json::Value = serde_json::from_str(body)
                     .map_err(|e| e.to_string())
                     .unwrap();
@@ -150,6 +146,9 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                     ))
                 }
             }
+            "stats" => serde_json::from_str::<edgevlm::publish::StatsMessage>(body)
+                .map(drop)
+                .map_err(|e| e.to_string()),
             other => Err(format!("unknown example tag `{other}`")),
         };
         if let Err(e) = result {

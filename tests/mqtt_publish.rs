@@ -223,10 +223,16 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
     ];
     for (endpoint, port) in brokers {
         let (publisher, _connection) = start(&config(&format!("status-{port}")), endpoint.clone());
+        let stats = Subscriber::start_as(port, &["edgevlm/+/stats"], login_of(&endpoint)).await;
         publisher.status(&report("door"));
         publisher.status(&report("yard"));
-        let mut second = report("door");
-        second.window_frames = 13;
+        // The figures change on every report; the status only when the camera's facts do.
+        let mut figures = report("door");
+        figures.window_frames = 13;
+        figures.fps_in = 14.996;
+        publisher.status(&figures);
+        let mut second = figures.clone();
+        second.geometry = Some("448x252".into());
         publisher.status(&second);
         // Fence: a narration queued after the statuses is handed to the client after them (the
         // retained state goes first), on the same connection; once the broker acknowledged it,
@@ -244,8 +250,24 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
         assert!(last.retain);
         let doc = last.json();
         assert_eq!(doc["state"], "running");
-        assert_eq!(doc["window_frames"], 13);
+        assert_eq!(doc["geometry"], "448x252");
+        assert!(doc.get("window_frames").is_none(), "{doc}");
         assert!(doc["ts"].as_f64().unwrap() > 1.7e9);
+        // Every report's figures went to the stats topic, rounded, not retained.
+        assert!(
+            stats.wait(Duration::from_secs(30), |m| m.len() >= 4).await,
+            "port {port}: {:?}",
+            stats.messages()
+        );
+        let door_stats: Vec<_> = stats
+            .on("edgevlm/door/stats")
+            .iter()
+            .map(|m| m.json())
+            .collect();
+        assert_eq!(door_stats.len(), 3, "{door_stats:?}");
+        assert_eq!(door_stats[1]["window_frames"], 13);
+        assert_eq!(door_stats[1]["fps_in"], 15.0);
+        assert!(stats.messages().iter().all(|m| !m.retain));
         // A camera removed by a reload loses its retained status.
         publisher.clear_status("yard");
         // Fence, as above: the broker has processed the clearing once this one is acknowledged.
@@ -277,6 +299,7 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
         let door = later.on("edgevlm/door/status");
         assert_eq!(door.len(), 1, "port {port}: {:?}", later.messages());
         assert!(door[0].retain, "port {port}: {door:?}");
+        assert_eq!(door[0].json()["geometry"], "448x252");
         let fence = later.on("edgevlm/fence/status");
         assert!(
             fence.iter().all(|m| !m.retain && m.text == "fence"),

@@ -20,7 +20,8 @@ mod wire;
 pub use claim::{ClientIdClaim, claim, claim_path};
 pub use outbox::{OutboxStats, Pushed};
 pub use payload::{
-    AnswerMessage, Chunk, ErrorNotice, ErrorReply, Instance, StatusMessage, unix_now, unix_secs,
+    AnswerMessage, Chunk, ErrorNotice, ErrorReply, Instance, StatsMessage, StatusMessage, unix_now,
+    unix_secs,
 };
 pub use publisher::{
     AnswerStream, NarrationStream, PublishStats, Publisher, QueryRequest, ReplyTo,

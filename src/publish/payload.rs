@@ -53,21 +53,119 @@ pub struct ErrorNotice {
     pub ts: f64,
 }
 
-/// The retained status of a camera: its [`CameraReport`], the time it was taken and the run of
-/// the runtime that took it (so a consumer can tell a stale status after a crash).
+/// The retained status of a camera: what it is and how it runs, the parts of its
+/// [`CameraReport`] that change only when something happens (its figures are in
+/// [`StatsMessage`]), and the run of the runtime that published it (so a consumer can tell a
+/// stale status after a crash). Published when it changes and after every reconnection.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusMessage<'a> {
-    /// The report (flattened: `camera`, `state`, `fps_in`, …).
-    #[serde(flatten)]
-    pub report: &'a CameraReport,
+    /// Camera id.
+    pub camera: &'a str,
+    /// Lifecycle state.
+    pub state: crate::supervisor::CameraState,
+    /// Last failure or stop reason.
+    pub reason: Option<&'a str>,
+    /// Source address, credentials removed.
+    pub source: &'a str,
+    /// Pipeline template.
+    pub pipeline: &'a str,
+    /// Model geometry (`WxH`), once negotiated.
+    pub geometry: Option<&'a str>,
+    /// Visual tokens per frame at that geometry.
+    pub tokens_per_frame: Option<u32>,
+    /// What the source delivers.
+    pub source_caps: Option<&'a str>,
+    /// DiffFP mode.
+    pub prune_mode: &'a str,
     /// Which runtime published it: its MQTT client id (`mqtt.client_id`).
     pub node: &'a str,
     /// Which run published it (drawn at random at start).
     pub instance: &'a str,
     /// When that run started (Unix seconds).
     pub started: f64,
-    /// When (Unix seconds).
+    /// When it was published (Unix seconds).
     pub ts: f64,
+}
+
+impl<'a> StatusMessage<'a> {
+    /// The status part of `report`, published by `instance` of `node`, at `ts`.
+    pub fn of(report: &'a CameraReport, node: &'a str, instance: &'a Instance, ts: f64) -> Self {
+        StatusMessage {
+            camera: &report.camera,
+            state: report.state,
+            reason: report.reason.as_deref(),
+            source: &report.source,
+            pipeline: &report.pipeline,
+            geometry: report.geometry.as_deref(),
+            tokens_per_frame: report.tokens_per_frame,
+            source_caps: report.source_caps.as_deref(),
+            prune_mode: &report.prune_mode,
+            node,
+            instance: &instance.id,
+            started: instance.started,
+            ts,
+        }
+    }
+}
+
+/// A camera's figures on `<prefix>/<camera>/stats`, every `runtime.status_interval_secs`, not
+/// retained: rates, window, DiffFP and the cumulative counters of its [`CameraReport`], rounded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsMessage {
+    /// Camera id.
+    pub camera: String,
+    /// Decoded frames per second since the last report (2 decimals).
+    pub fps_in: f64,
+    /// Sampled frames per second since the last report (2 decimals).
+    pub fps_sampled: f64,
+    /// Frames in the window.
+    pub window_frames: usize,
+    /// Stream time the window spans (0.1 s).
+    pub window_span_secs: f64,
+    /// Seconds in the current state (0.1 s).
+    pub state_secs: f64,
+    /// Share of visual tokens DiffFP kept so far (3 decimals).
+    pub kept_ratio: f64,
+    /// DiffFP's current threshold (3 decimals).
+    pub prune_threshold: Option<f64>,
+    /// Cumulative counters.
+    pub counters: crate::ring::CounterSnapshot,
+    /// Memory, narrations and answers (`null` when no model is loaded).
+    pub memory: Option<crate::memory::MemoryReport>,
+    /// Which runtime: its MQTT client id.
+    pub node: String,
+    /// Which run.
+    pub instance: String,
+    /// When (Unix seconds, 0.01 s).
+    pub ts: f64,
+}
+
+/// `x` rounded to `decimals` places.
+fn round(x: f64, decimals: i32) -> f64 {
+    let p = 10f64.powi(decimals);
+    (x * p).round() / p
+}
+
+impl StatsMessage {
+    /// The figures of `report`, rounded.
+    pub fn of(report: &CameraReport, node: &str, instance: &Instance, ts: f64) -> Self {
+        StatsMessage {
+            camera: report.camera.clone(),
+            fps_in: round(report.fps_in, 2),
+            fps_sampled: round(report.fps_sampled, 2),
+            window_frames: report.window_frames,
+            window_span_secs: round(report.window_span_secs, 1),
+            state_secs: round(report.state_secs, 1),
+            kept_ratio: round(report.kept_ratio, 3),
+            prune_threshold: report.prune_threshold.map(|t| round(f64::from(t), 3)),
+            counters: report.counters.clone(),
+            memory: report.memory.clone(),
+            node: node.to_string(),
+            instance: instance.id.clone(),
+            ts: round(ts, 2),
+        }
+    }
 }
 
 /// One run of the runtime: a random id drawn when the publisher starts and the start time.

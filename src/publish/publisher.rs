@@ -2,7 +2,7 @@
 //! returns: nothing here waits on the network (a `std` mutex is held for the push only).
 
 use super::outbox::{Class, Message, Outbox, OutboxStats, Pushed};
-use super::payload::{Chunk, ErrorReply, Instance, StatusMessage, unix_now};
+use super::payload::{Chunk, ErrorReply, Instance, StatsMessage, StatusMessage, unix_now};
 use super::topics::Topics;
 use crate::narrate::{ChangeEvent, Narration};
 use crate::query::{Answer, CameraDirectory, Deltas, QueryError, QueryLimits, ValidQuery};
@@ -108,6 +108,8 @@ pub(crate) struct Shared {
     pub node: String,
     /// Home Assistant's discovery prefix, when discovery is on.
     pub discovery: Mutex<Option<String>>,
+    /// Each camera's last published status, without its time (to publish only changes).
+    pub last_status: Mutex<BTreeMap<String, Vec<u8>>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -153,6 +155,7 @@ impl Publisher {
                 chunk_interval,
                 node,
                 discovery: Mutex::new(None),
+                last_status: Mutex::new(BTreeMap::new()),
             }),
         }
     }
@@ -215,21 +218,29 @@ impl Publisher {
         self.push(topic, json(event), Class::Reliable, None)
     }
 
-    /// The retained status of a camera; the latest one is sent now and again after a reconnect.
+    /// A camera's report: its status, retained, when it differs from the last one published
+    /// (sent again after a reconnect), and its figures on the stats topic (not retained).
     pub fn status(&self, report: &CameraReport) {
-        let instance = &self.shared.instance;
-        let body = json(&StatusMessage {
-            report,
-            node: &self.shared.node,
-            instance: &instance.id,
-            started: instance.started,
-            ts: unix_now(),
-        });
-        self.set_retained(self.shared.topics.status(&report.camera), Some(body));
+        let (node, instance) = (&self.shared.node, &self.shared.instance);
+        let now = unix_now();
+        let key = json(&StatusMessage::of(report, node, instance, 0.0));
+        let changed = lock(&self.shared.last_status).get(&report.camera) != Some(&key);
+        if changed {
+            let body = json(&StatusMessage::of(report, node, instance, now));
+            self.set_retained(self.shared.topics.status(&report.camera), Some(body));
+            lock(&self.shared.last_status).insert(report.camera.clone(), key);
+        }
+        self.push(
+            self.shared.topics.stats(&report.camera),
+            json(&StatsMessage::of(report, node, instance, now)),
+            Class::Stream,
+            None,
+        );
     }
 
     /// Clears the retained status, activity and snapshot of a camera that no longer exists.
     pub fn clear_status(&self, camera: &str) {
+        lock(&self.shared.last_status).remove(camera);
         self.set_retained(self.shared.topics.status(camera), None);
         self.set_retained(self.shared.topics.activity(camera), None);
         self.set_retained(self.shared.topics.snapshot(camera), None);

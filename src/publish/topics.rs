@@ -35,6 +35,11 @@ impl Topics {
         format!("{}/{camera}/status", self.prefix)
     }
 
+    /// `<prefix>/<camera>/stats`: the camera's figures, every status interval, not retained.
+    pub fn stats(&self, camera: &str) -> String {
+        format!("{}/{camera}/stats", self.prefix)
+    }
+
     /// `<prefix>/<camera>/narration`: one final message per narration.
     pub fn narration(&self, camera: &str) -> String {
         format!("{}/{camera}/narration", self.prefix)

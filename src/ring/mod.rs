@@ -111,7 +111,8 @@ pub struct Counters {
 }
 
 /// A consistent-enough copy of [`Counters`] for status lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CounterSnapshot {
     /// Decoded frames in.
     pub frames_in: u64,
