@@ -144,6 +144,7 @@ fn narration(n: u32) -> Narration {
         activity: 0.4,
         event: None,
         snapshot: None,
+        watch: None,
     }
 }
 

@@ -77,6 +77,7 @@ fn narration(n: u32) -> Narration {
         activity: 0.3,
         event: None,
         snapshot: None,
+        watch: None,
     }
 }
 

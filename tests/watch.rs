@@ -394,6 +394,7 @@ fn a_change_event_gives_one_narration_linked_to_its_event_and_each_a_snapshot_of
             ..NarrateTriggers::default()
         },
         max_tokens: 6,
+        watch_for: Some("a yellow box".into()),
         ..NarrateConfig::default()
     };
     let snapshots = Snapshotter::start(
@@ -469,6 +470,15 @@ fn a_change_event_gives_one_narration_linked_to_its_event_and_each_a_snapshot_of
         );
         assert_eq!(n.event.as_deref(), Some(new.id.as_str()));
         assert_eq!(update.narration.as_deref(), Some(n.id.as_str()));
+        // The camera's watch_for was asked after the narration, and its answer rides along.
+        let watch = n.watch.as_ref().expect("watch_for was asked");
+        assert_eq!(watch.watch_for, "a yellow box");
+        assert!(
+            watch.answer.is_some() || !watch.reason.is_empty(),
+            "{watch:?}"
+        );
+        assert_eq!(update.watch.as_ref(), Some(watch));
+        assert!(new.watch.is_none() && end.watch.is_none());
         assert_eq!(end.start_stream_secs, new.stream_secs);
         assert!(end.stream_secs > new.stream_secs && !active(end.stream_secs as u64));
         assert!(end.peak_activity >= n.activity && n.activity > 0.25);

@@ -1005,6 +1005,16 @@ width = 100
                 "missing `{e}` in {errs:#?}"
             );
         }
+        let long = "x".repeat(201);
+        let errs = errors(&format!(
+            "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\nwatch_for = \"{long}\"\n"
+        ));
+        assert!(
+            errs.iter().any(|e| e.starts_with(
+                "cameras[0].watch_for: must be 1-200 characters without control characters"
+            ) && e.ends_with("got 201")),
+            "{errs:#?}"
+        );
         let ok = Config::parse("[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n", None).unwrap();
         assert_eq!(ok.snapshots, SnapshotConfig::default());
         assert!(!ok.home_assistant.discovery);

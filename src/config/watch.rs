@@ -45,7 +45,14 @@ pub struct NarrateConfig {
     pub max_tokens: u32,
     /// The instruction for change and interval narrations (the model trigger needs none).
     pub prompt: String,
+    /// What the camera watches for (`watch_for = "a person at the door"`): after each
+    /// narration the model is asked whether the footage shows it, yes or no and why.
+    pub watch_for: Option<String>,
 }
+
+/// Longest `watch_for`, in characters: it is put in a question after every narration, and a short
+/// description is what a small model answers best.
+pub const WATCH_FOR_MAX_CHARS: usize = 200;
 
 impl Default for NarrateConfig {
     fn default() -> Self {
@@ -62,6 +69,7 @@ impl Default for NarrateConfig {
             change_frames: 2,
             max_tokens: 64,
             prompt: "Describe what just happened in the video.".into(),
+            watch_for: None,
         }
     }
 }
@@ -154,6 +162,20 @@ pub(super) fn decode_narrate(f: &mut Fields<'_>, sink: &mut Sink) -> NarrateConf
     if prompt.trim().is_empty() {
         sink.error(f.path_of("narrate_prompt"), "must not be empty");
     }
+    let watch_for = f
+        .opt::<String>("watch_for", sink)
+        .map(|w| w.trim().to_string());
+    if let Some(w) = &watch_for {
+        let n = w.chars().count();
+        if n == 0 || n > WATCH_FOR_MAX_CHARS || w.chars().any(char::is_control) {
+            sink.error(
+                f.path_of("watch_for"),
+                format!(
+                    "must be 1-{WATCH_FOR_MAX_CHARS} characters without control characters (a short description such as \"a person at the door\"), got {n}"
+                ),
+            );
+        }
+    }
     NarrateConfig {
         triggers,
         interval: secs(interval, d.interval),
@@ -164,6 +186,7 @@ pub(super) fn decode_narrate(f: &mut Fields<'_>, sink: &mut Sink) -> NarrateConf
         change_frames: change.frames,
         max_tokens: max_tokens.max(1),
         prompt,
+        watch_for,
     }
 }
 

@@ -21,7 +21,9 @@ use crate::generate::{GenerateError, GenerateOptions, Generator, StopReason};
 use crate::memory::LiveView;
 mod narration;
 
-pub use narration::{ChangeEvent, ChangeKind, EventType, Narration, SnapshotRef, Trigger};
+pub use narration::{
+    ChangeEvent, ChangeKind, EventType, Narration, SnapshotRef, Trigger, WatchAnswer,
+};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -264,10 +266,51 @@ pub fn generate_narration(
     })
 }
 
+/// Tokens the model may use for its `watch_for` answer.
+pub const WATCH_MAX_TOKENS: u32 = 40;
+
+/// Asks the model, on the same fork of the live cache as a narration, whether the footage shows
+/// what the camera watches for; reads a yes or no and the reason.
+pub fn answer_watch(
+    generator: &Generator,
+    live: &LiveView,
+    watch_for: &str,
+    cancel: &AtomicBool,
+) -> Result<WatchAnswer, GenerateError> {
+    let cfg = NarrateConfig {
+        prompt: format!(
+            "Does the video show {watch_for}? Answer yes or no, then say why in one sentence."
+        ),
+        max_tokens: WATCH_MAX_TOKENS,
+        ..NarrateConfig::default()
+    };
+    let g = generate_narration(generator, live, Trigger::Change, &cfg, cancel, |_| {})?;
+    Ok(WatchAnswer::parse(watch_for, &g.text))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::NarrateTriggers;
+
+    #[test]
+    fn a_watch_answer_is_a_leading_yes_or_no_then_the_reason() {
+        let a = WatchAnswer::parse("a person", " Yes, a man in a red coat stands at the door.");
+        assert_eq!(a.answer, Some(true));
+        assert_eq!(a.reason, "a man in a red coat stands at the door.");
+        assert_eq!(a.watch_for, "a person");
+        let b = WatchAnswer::parse("a person", "no. Only a cat crosses the yard");
+        assert_eq!(
+            (b.answer, b.reason.as_str()),
+            (Some(false), "Only a cat crosses the yard")
+        );
+        // "Nobody" and "yesterday" are not answers; neither is nothing.
+        for text in ["Nobody is there.", "Yesterday a van came.", ""] {
+            let c = WatchAnswer::parse("a person", text);
+            assert_eq!(c.answer, None, "{text}");
+            assert_eq!(c.reason, text.trim());
+        }
+    }
 
     fn sig(t: u64, kept: usize) -> FrameSignal {
         FrameSignal {

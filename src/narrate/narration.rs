@@ -63,6 +63,49 @@ pub struct Narration {
     pub event: Option<String>,
     /// Its snapshot; `null` when snapshots are off or the snapshot queue was full.
     pub snapshot: Option<SnapshotRef>,
+    /// The camera's `watch_for` question and the model's answer (`null` without `watch_for`).
+    pub watch: Option<WatchAnswer>,
+}
+
+/// Whether the footage shows what the camera watches for, as the model answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchAnswer {
+    /// The camera's `watch_for`.
+    #[serde(rename = "for")]
+    pub watch_for: String,
+    /// `true` (yes), `false` (no), or `null` when the answer began with neither.
+    pub answer: Option<bool>,
+    /// The rest of the model's answer: its reason (the whole answer when it said neither).
+    pub reason: String,
+}
+
+impl WatchAnswer {
+    /// Reads a model's answer: a leading yes or no (any case, then punctuation), then the reason.
+    pub fn parse(watch_for: &str, text: &str) -> WatchAnswer {
+        let t = text.trim();
+        let word: String = t
+            .chars()
+            .take_while(|c| c.is_alphabetic())
+            .collect::<String>()
+            .to_lowercase();
+        let answer = match word.as_str() {
+            "yes" => Some(true),
+            "no" => Some(false),
+            _ => None,
+        };
+        let reason = match answer {
+            Some(_) => t[word.len()..]
+                .trim_start_matches(|c: char| c.is_whitespace() || ",.;:!-".contains(c))
+                .to_string(),
+            None => t.to_string(),
+        };
+        WatchAnswer {
+            watch_for: watch_for.to_string(),
+            answer,
+            reason,
+        }
+    }
 }
 
 /// What a narration or an event says about its snapshot; the JPEG itself is published on
@@ -137,4 +180,6 @@ pub struct ChangeEvent {
     /// `end`, the frame with the most activity in the whole event. `null` when snapshots are off
     /// or the snapshot queue was full.
     pub snapshot: Option<SnapshotRef>,
+    /// `update`: the narration's `watch` answer, when the camera has `watch_for`.
+    pub watch: Option<WatchAnswer>,
 }

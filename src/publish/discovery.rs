@@ -83,8 +83,8 @@ pub fn camera_configs(
                 "json_attributes_topic": narration,
                 "json_attributes_template":
                     "{{ {'text': value_json.text, 'trigger': value_json.trigger, \
-                     'event': value_json.event, 'stream_end_secs': value_json.stream_end_secs} \
-                     | tojson }}",
+                     'event': value_json.event, 'watch': value_json.watch, \
+                     'stream_end_secs': value_json.stream_end_secs} | tojson }}",
                 "icon": "mdi:text-box-outline",
             }),
         ),

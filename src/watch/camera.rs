@@ -15,7 +15,7 @@ use crate::memory::{
 };
 use crate::narrate::{
     self, ChangeEvent, ChangeKind, EventType, FrameSignal, Narration, Narrator, SnapshotRef,
-    Trigger,
+    Trigger, WatchAnswer,
 };
 use crate::publish::Publisher;
 use crate::ring::{Frame, Window};
@@ -515,13 +515,13 @@ impl CameraWatch {
                 if let Some(p) = &self.outputs.publisher {
                     p.activity(&self.memory.camera, true);
                 }
-                self.emit(EventType::New, at, f.kept_ratio(), None, snapshot);
+                self.emit(EventType::New, at, f.kept_ratio(), None, snapshot, None);
             }
             Some(ChangeKind::End) => {
                 let best = self.event.as_ref().and_then(|e| e.pick.frame().cloned());
                 let id = self.event.as_ref().map(|e| format!("{}-end", e.id));
                 let snapshot = id.and_then(|id| self.snapshot(&id, best.as_ref()));
-                self.emit(EventType::End, at, f.kept_ratio(), None, snapshot);
+                self.emit(EventType::End, at, f.kept_ratio(), None, snapshot, None);
                 self.event = None;
                 if let Some(p) = &self.outputs.publisher {
                     p.activity(&self.memory.camera, false);
@@ -557,6 +557,7 @@ impl CameraWatch {
         activity: f64,
         narration: Option<String>,
         snapshot: Option<SnapshotRef>,
+        watch: Option<WatchAnswer>,
     ) {
         let Some(ev) = &self.event else { return };
         let event = ChangeEvent {
@@ -571,6 +572,7 @@ impl CameraWatch {
             peak_activity: ev.pick.peak(),
             narration,
             snapshot,
+            watch,
         };
         if let Some(p) = &self.outputs.publisher {
             p.event(&event);
@@ -629,6 +631,19 @@ impl CameraWatch {
         stats.narration_total.observe(g.total);
         let snapshot = self.snapshot(&id, fired.pick.frame());
         let window = live.span.unwrap_or((fired.span.0, fired.end.0));
+        // The camera's own question, on the same footage, before the narration goes out.
+        let watch = match (&cfg.watch_for, g.cut) {
+            (Some(w), false) => {
+                match narrate::answer_watch(&self.generator, &live, w, &self.stop) {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        self.error("Watch-for answer failed", &e);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let narration = Narration {
             id,
             camera: camera.clone(),
@@ -650,6 +665,7 @@ impl CameraWatch {
             activity: fired.pick.peak(),
             event: fired.event.clone(),
             snapshot,
+            watch,
         };
         tracing::info!(
             target: "narration",
@@ -675,6 +691,7 @@ impl CameraWatch {
                 narration.activity,
                 Some(narration.id.clone()),
                 narration.snapshot.clone(),
+                narration.watch.clone(),
             );
         }
         let _ = self.outputs.narrations.send(narration);
