@@ -50,7 +50,7 @@ impl Topics {
         format!("{}/{camera}/narration/stream", self.prefix)
     }
 
-    /// `<prefix>/<camera>/events`: change start/end.
+    /// `<prefix>/<camera>/events`: change events (`new`, `update`, `end`).
     pub fn events(&self, camera: &str) -> String {
         format!("{}/{camera}/events", self.prefix)
     }
