@@ -263,34 +263,24 @@ impl Publisher {
     /// Announces `camera` to Home Assistant, when discovery is on (retained discovery configs,
     /// sent again after every reconnection).
     pub fn announce(&self, camera: &str) {
-        let Some(prefix) = lock(&self.shared.discovery).clone() else {
-            return;
-        };
-        let configs = super::discovery::camera_configs(
-            &prefix,
-            &self.shared.node,
-            &self.shared.topics,
-            camera,
-        );
-        for (topic, body) in configs {
+        for (topic, body) in self.discovery_configs(camera) {
             self.set_retained(topic, Some(json(&body)));
         }
+    }
+
+    /// `camera`'s Home Assistant discovery configs (none when discovery is off).
+    fn discovery_configs(&self, camera: &str) -> Vec<(String, serde_json::Value)> {
+        let prefix = lock(&self.shared.discovery).clone();
+        prefix.map_or_else(Vec::new, |p| {
+            super::discovery::camera_configs(&p, &self.shared.node, &self.shared.topics, camera)
+        })
     }
 
     /// Forgets a camera that no longer exists: its retained status, activity and snapshot are
     /// cleared, and its Home Assistant entities removed when discovery is on.
     pub fn forget(&self, camera: &str) {
         self.clear_status(camera);
-        let Some(prefix) = lock(&self.shared.discovery).clone() else {
-            return;
-        };
-        let configs = super::discovery::camera_configs(
-            &prefix,
-            &self.shared.node,
-            &self.shared.topics,
-            camera,
-        );
-        for (topic, _) in configs {
+        for (topic, _) in self.discovery_configs(camera) {
             self.set_retained(topic, None);
         }
     }

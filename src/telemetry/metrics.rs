@@ -300,18 +300,22 @@ pub fn render_publish(p: &PublishStats) -> String {
 /// Renders the embedded broker gate's counters (docs/MQTT.md, "Connection limits").
 pub fn render_gate(g: &crate::broker::GateCounters) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let rows = [
+    counters(&[
         (
             "edgevlm_mqtt_gate_refused_total",
             "Logins refused by a connection limit of the embedded broker.",
-            g.refused_busy.load(Relaxed),
+            g.refused_busy.load(Relaxed) as f64,
         ),
         (
             "edgevlm_mqtt_gate_idle_closed_total",
             "Sockets closed before their CONNECT (too slow, or a newer socket needed the slot).",
-            g.closed_idle.load(Relaxed),
+            g.closed_idle.load(Relaxed) as f64,
         ),
-    ];
+    ])
+}
+
+/// Counters as Prometheus text: (name, help, value) each.
+fn counters(rows: &[(&str, &str, f64)]) -> String {
     let mut out = String::new();
     for (name, help, value) in rows {
         let _ = writeln!(
@@ -325,7 +329,7 @@ pub fn render_gate(g: &crate::broker::GateCounters) -> String {
 /// Renders the snapshot stage's counters (docs/MQTT.md, "Snapshots").
 pub fn render_snapshots(s: &crate::evidence::SnapshotStats) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let rows = [
+    counters(&[
         (
             "edgevlm_snapshots_encoded_total",
             "Snapshots encoded and published.",
@@ -351,15 +355,7 @@ pub fn render_snapshots(s: &crate::evidence::SnapshotStats) -> String {
             "Time spent encoding snapshots.",
             s.encode_us.load(Relaxed) as f64 / 1e6,
         ),
-    ];
-    let mut out = String::new();
-    for (name, help, value) in rows {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
-    }
-    out
+    ])
 }
 
 /// Renders the engines' work per stage (vision, embed, prefill, decode) since they loaded.
