@@ -10,6 +10,7 @@ pub mod engine;
 pub mod eval;
 pub mod evidence;
 pub mod generate;
+pub mod http;
 pub mod ingest;
 pub mod memory;
 pub mod narrate;

@@ -5,6 +5,7 @@
 mod decode;
 mod engine;
 mod home_assistant;
+mod http;
 mod mqtt;
 mod pipeline;
 mod prune;
@@ -15,6 +16,7 @@ mod watch;
 pub use decode::{ConfigError, ConfigErrors};
 pub use engine::{EngineConfig, ProviderKind, TensorRtSettings};
 pub use home_assistant::HomeAssistantConfig;
+pub use http::HttpConfig;
 pub use mqtt::{
     BrokerChoice, BrokerUser, EMBEDDED_MAX_CLIENTS, EmbeddedConfig, MqttConfig, MqttProtocol,
     TlsFiles, USER_MAX_CONNECTIONS, WhenFull, check_topic_prefix,
@@ -52,6 +54,8 @@ pub struct Config {
     pub snapshots: SnapshotConfig,
     /// Home Assistant MQTT discovery (`[home_assistant]`).
     pub home_assistant: HomeAssistantConfig,
+    /// The HTTP API and web page (`[http]`).
+    pub http: HttpConfig,
 }
 
 /// How the runtime reports on itself (`[telemetry]`).
@@ -310,6 +314,7 @@ pub fn known_keys() -> Vec<String> {
         "query",
         "snapshots",
         "home_assistant",
+        "http",
     ] {
         table.insert(section.into(), toml::Value::Table(toml::Table::new()));
     }
@@ -346,6 +351,8 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let snapshots = snapshots::decode_snapshots(snapshots_t, sink);
     let ha_t = top.table("home_assistant", sink).unwrap_or(&empty);
     let home_assistant = home_assistant::decode_home_assistant(ha_t, mqtt.enabled, sink);
+    let http_t = top.table("http", sink).unwrap_or(&empty);
+    let http = http::decode_http(http_t, base_dir, sink);
 
     let cameras = decode_cameras(&mut top, base_dir, &vision, sink);
     top.finish(sink);
@@ -362,6 +369,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
         query,
         snapshots,
         home_assistant,
+        http,
     }
 }
 
@@ -999,6 +1007,19 @@ width = 100
             "home_assistant.discovery: is true but mqtt.enabled is false",
             "home_assistant.discovery_prefix: `ha/#`: must not contain",
         ];
+        let errs_http = errors(
+            "[http]\nlisten = \"0.0.0.0:8080\"\ncors_origins = [\"ha.local\"]\n\
+             [[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n",
+        );
+        for e in [
+            "http.listen: 0.0.0.0:8080 is not a loopback address",
+            "http.cors_origins: `ha.local`: an origin is a scheme and a host",
+        ] {
+            assert!(
+                errs_http.iter().any(|got| got.starts_with(e)),
+                "missing `{e}` in {errs_http:#?}"
+            );
+        }
         for e in expected {
             assert!(
                 errs.iter().any(|got| got.starts_with(e)),

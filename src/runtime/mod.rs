@@ -189,6 +189,37 @@ impl Runtime {
         if let Some(s) = snapshots.clone() {
             outputs = outputs.with_snapshots(s);
         }
+        let http_cameras = Arc::new(std::sync::Mutex::new(CameraDirectory::from_config(&config)));
+        let history = Arc::new(crate::http::History::new(config.http.history));
+        if let Some((listener, tokens)) = crate::http::bind(&config.http)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?
+        {
+            servers.push(tokio::spawn(
+                history
+                    .clone()
+                    .follow(outputs.narrations.subscribe(), outputs.events.subscribe()),
+            ));
+            let sources = crate::http::Sources {
+                reports: reports_rx.clone(),
+                model: model_rx.clone(),
+                service: questions.clone(),
+                cameras: http_cameras.clone(),
+                limits: crate::query::QueryLimits {
+                    max_bytes: config.mqtt.query_max_bytes,
+                    question_max_chars: config.mqtt.question_max_chars,
+                    max_tokens: crate::query::MAX_TOKENS_LIMIT,
+                },
+                snapshots: snapshots.clone(),
+                history: history.clone(),
+            };
+            servers.push(tokio::spawn(crate::http::serve(
+                listener,
+                tokens,
+                config.http.clone(),
+                sources,
+            )));
+        }
         let (commands, commands_rx) = mpsc::channel(8);
         let model_config = config.clone();
         let load = tokio::spawn(async move { load_model(&model_config).await });
@@ -210,6 +241,8 @@ impl Runtime {
             control_socket,
             servers,
             changes: changes::Changes::new(),
+            http_cameras,
+            history,
         };
         let task = tokio::spawn(control.run(load, commands_rx));
         Ok(Running {
@@ -302,6 +335,10 @@ struct Control {
     servers: Vec<JoinHandle<()>>,
     /// Camera state changes, published when they happen.
     changes: changes::Changes,
+    /// The cameras HTTP questions may name.
+    http_cameras: Arc<std::sync::Mutex<CameraDirectory>>,
+    /// Recent narrations and events, for HTTP.
+    history: Arc<crate::http::History>,
 }
 
 type Loaded = Result<(Arc<Engines>, usize), String>;
@@ -408,10 +445,16 @@ impl Control {
                 snapshots.forget(gone);
             }
         }
-        // `[snapshots]` and `[home_assistant]` are read at start only, like `[engine]` and
-        // `[mqtt]`.
+        *self.http_cameras.lock().unwrap_or_else(|p| p.into_inner()) =
+            CameraDirectory::from_config(&new);
+        for gone in &s.removed {
+            self.history.forget(gone);
+        }
+        // `[snapshots]`, `[home_assistant]` and `[http]` are read at start only, like `[engine]`
+        // and `[mqtt]`.
         new.snapshots = self.config.snapshots;
         new.home_assistant = self.config.home_assistant.clone();
+        new.http = self.config.http.clone();
         let _ = self.views.send(self.supervisor.views());
         tracing::info!(
             added = ?s.added, removed = ?s.removed, restarted = ?s.restarted,

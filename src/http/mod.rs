@@ -1,0 +1,503 @@
+//! The HTTP API (docs/HTTP.md): cameras and their state, recent narrations and events, snapshots,
+//! questions answered as one JSON or as Server-Sent Events, and health checks, on axum (already
+//! in the build through rumqttd). Questions go through the same validation and the same question
+//! service as MQTT's, with the same error codes.
+
+mod history;
+
+pub use history::History;
+
+use crate::config::{HttpConfig, Secret};
+use crate::evidence::Snapshotter;
+use crate::publish::Chunk;
+use crate::query::{CameraDirectory, ErrorCode, QueryError, QueryLimits, QueryService, validate};
+use crate::runtime::ModelStatus;
+use crate::telemetry::control::Reports;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, watch};
+
+/// Chunks an SSE answer may have waiting for a slow client; more are dropped (the final event
+/// still carries the whole text) and counted.
+pub const SSE_BUFFER: usize = 256;
+
+/// What the server reads.
+#[derive(Clone)]
+pub struct Sources {
+    /// Camera reports and the model's state, refreshed every status interval.
+    pub reports: Reports,
+    /// The model's state.
+    pub model: watch::Receiver<ModelStatus>,
+    /// The question service, once the model is loaded.
+    pub service: watch::Receiver<Option<QueryService>>,
+    /// The cameras questions may name (updated on reload).
+    pub cameras: Arc<Mutex<CameraDirectory>>,
+    /// Question limits (`mqtt.query_max_bytes`, `mqtt.question_max_chars`).
+    pub limits: QueryLimits,
+    /// Snapshots, when on.
+    pub snapshots: Option<Snapshotter>,
+    /// Recent narrations and events.
+    pub history: Arc<History>,
+}
+
+struct App {
+    sources: Sources,
+    tokens: Vec<Secret>,
+    cors: Vec<String>,
+    next_id: AtomicU64,
+    sse_dropped: AtomicU64,
+}
+
+/// Binds `[http] listen` and loads the tokens; `Err` names what failed.
+pub async fn bind(
+    cfg: &HttpConfig,
+) -> Result<Option<(tokio::net::TcpListener, Vec<Secret>)>, String> {
+    let Some(addr) = cfg.listen else {
+        return Ok(None);
+    };
+    let mut tokens = Vec::new();
+    for t in &cfg.tokens {
+        tokens.push(t.load().map_err(|e| format!("http: {e}"))?);
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("http.listen: cannot listen on {addr}: {e}"))?;
+    Ok(Some((listener, tokens)))
+}
+
+/// Serves until the task is aborted.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    tokens: Vec<Secret>,
+    cfg: HttpConfig,
+    sources: Sources,
+) {
+    let addr = listener.local_addr().ok();
+    let max_body = sources.limits.max_bytes;
+    let app = Arc::new(App {
+        sources,
+        tokens,
+        cors: cfg.cors_origins.clone(),
+        next_id: AtomicU64::new(1),
+        sse_dropped: AtomicU64::new(0),
+    });
+    let router = router(app.clone(), max_body);
+    tracing::info!(address = ?addr, "Serving the HTTP API");
+    if let Err(e) = axum::serve(listener, router).await {
+        tracing::error!(error = %e, "HTTP server ended");
+    }
+}
+
+fn router(app: Arc<App>, max_body: usize) -> Router {
+    let api = Router::new()
+        .route("/v1/cameras", get(cameras))
+        .route("/v1/cameras/:camera", get(camera))
+        .route("/v1/cameras/:camera/snapshot", get(latest_snapshot))
+        .route("/v1/cameras/:camera/snapshots/:id", get(snapshot))
+        .route("/v1/cameras/:camera/narrations", get(narrations))
+        .route("/v1/cameras/:camera/events", get(events))
+        .route(
+            "/v1/cameras/:camera/questions",
+            post(question).layer(DefaultBodyLimit::max(max_body + 1)),
+        )
+        .layer(middleware::from_fn_with_state(app.clone(), authorize));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .merge(api)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(middleware::from_fn_with_state(app.clone(), cors))
+        .with_state(app)
+}
+
+/// An error response: `{"error": {"code", "message"}}`.
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let body = json!({"error": {"code": code, "message": message.into()}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// The HTTP status of a question's error code.
+fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::UnknownCamera => StatusCode::NOT_FOUND,
+        ErrorCode::Busy | ErrorCode::NoModel => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::NoFrames | ErrorCode::ContextFull => StatusCode::CONFLICT,
+        ErrorCode::Internal | ErrorCode::Other => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+fn query_error(e: &QueryError) -> Response {
+    error(status_of(e.code), e.code.as_str(), e.message.clone())
+}
+
+/// Bearer tokens, when configured; health checks are open.
+async fn authorize(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    if app.tokens.is_empty() {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let ok = given.is_some_and(|g| {
+        app.tokens
+            .iter()
+            .any(|t| constant_time_eq(t.expose().as_bytes(), g.as_bytes()))
+    });
+    if ok {
+        next.run(req).await
+    } else {
+        let mut r = error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send `Authorization: Bearer <token>` with a token of http.token_file or http.token_env",
+        );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        r
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// CORS for the configured origins only (none by default: browsers on other origins are
+/// refused by their own same-origin rule).
+async fn cors(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .filter(|o| app.cors.iter().any(|c| c == o))
+        .map(str::to_string);
+    let preflight = req.method() == Method::OPTIONS;
+    let mut resp = if preflight && origin.is_some() {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(req).await
+    };
+    if let Some(o) = origin.and_then(|o| HeaderValue::from_str(&o).ok()) {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+        h.insert(header::VARY, HeaderValue::from_static("Origin"));
+        if preflight {
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, POST"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("authorization, content-type, accept"),
+            );
+        }
+    }
+    resp
+}
+
+/// Ready: the model loaded and every camera running (503 otherwise, with what is not).
+async fn ready(State(app): State<Arc<App>>) -> Response {
+    let model = app.sources.model.borrow().clone();
+    let reports = app.sources.reports.borrow().clone();
+    let cameras: Vec<_> = reports
+        .cameras
+        .iter()
+        .map(|c| json!({"camera": c.camera, "state": c.state, "reason": c.reason}))
+        .collect();
+    let all_running = reports
+        .cameras
+        .iter()
+        .all(|c| c.state == crate::supervisor::CameraState::Running);
+    let (model_ready, model_text) = match &model {
+        ModelStatus::Ready => (true, "ready".to_string()),
+        ModelStatus::Loading => (false, "loading".to_string()),
+        ModelStatus::Unavailable(why) => (false, format!("unavailable: {why}")),
+    };
+    let ready = model_ready && all_running;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({"ready": ready, "model": model_text, "cameras": cameras});
+    (status, axum::Json(body)).into_response()
+}
+
+fn report_of(app: &App, camera: &str) -> Option<serde_json::Value> {
+    let reports = app.sources.reports.borrow().clone();
+    reports
+        .cameras
+        .iter()
+        .find(|c| c.camera == camera)
+        .and_then(|c| serde_json::to_value(c).ok())
+}
+
+async fn cameras(State(app): State<Arc<App>>) -> Response {
+    let reports = app.sources.reports.borrow().clone();
+    axum::Json(json!({
+        "model": reports.model,
+        "cameras": &*reports.cameras,
+    }))
+    .into_response()
+}
+
+fn unknown_camera(app: &App, camera: &str) -> Response {
+    let known: Vec<String> = app
+        .sources
+        .reports
+        .borrow()
+        .cameras
+        .iter()
+        .map(|c| c.camera.clone())
+        .collect();
+    error(
+        StatusCode::NOT_FOUND,
+        "unknown_camera",
+        format!("no camera `{camera}` (cameras: {})", known.join(", ")),
+    )
+}
+
+async fn camera(State(app): State<Arc<App>>, Path(camera): Path<String>) -> Response {
+    match report_of(&app, &camera) {
+        Some(r) => axum::Json(r).into_response(),
+        None => unknown_camera(&app, &camera),
+    }
+}
+
+fn jpeg(bytes: &[u8]) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "image/jpeg"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        bytes.to_vec(),
+    )
+        .into_response()
+}
+
+async fn latest_snapshot(State(app): State<Arc<App>>, Path(camera): Path<String>) -> Response {
+    if report_of(&app, &camera).is_none() {
+        return unknown_camera(&app, &camera);
+    }
+    match app
+        .sources
+        .snapshots
+        .as_ref()
+        .and_then(|s| s.latest(&camera))
+    {
+        Some(s) => jpeg(&s.jpeg),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "no_snapshot",
+            format!("camera `{camera}` has no snapshot yet (or snapshots are off)"),
+        ),
+    }
+}
+
+async fn snapshot(
+    State(app): State<Arc<App>>,
+    Path((camera, id)): Path<(String, String)>,
+) -> Response {
+    if report_of(&app, &camera).is_none() {
+        return unknown_camera(&app, &camera);
+    }
+    match app
+        .sources
+        .snapshots
+        .as_ref()
+        .and_then(|s| s.get(&camera, &id))
+    {
+        Some(s) => jpeg(&s.jpeg),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "no_snapshot",
+            format!(
+                "no snapshot `{id}` of camera `{camera}` among the last {}",
+                crate::evidence::HISTORY
+            ),
+        ),
+    }
+}
+
+/// `?limit=N` (default 20, at most the history size).
+#[derive(Deserialize)]
+struct Page {
+    limit: Option<usize>,
+}
+
+async fn narrations(
+    State(app): State<Arc<App>>,
+    Path(camera): Path<String>,
+    Query(page): Query<Page>,
+) -> Response {
+    if report_of(&app, &camera).is_none() {
+        return unknown_camera(&app, &camera);
+    }
+    let items = app
+        .sources
+        .history
+        .narrations(&camera, page.limit.unwrap_or(20));
+    axum::Json(json!({"camera": camera, "narrations": items})).into_response()
+}
+
+async fn events(
+    State(app): State<Arc<App>>,
+    Path(camera): Path<String>,
+    Query(page): Query<Page>,
+) -> Response {
+    if report_of(&app, &camera).is_none() {
+        return unknown_camera(&app, &camera);
+    }
+    let items = app
+        .sources
+        .history
+        .events(&camera, page.limit.unwrap_or(20));
+    axum::Json(json!({"camera": camera, "events": items})).into_response()
+}
+
+/// The answer's chunks into a bounded channel (the SSE stream); full: dropped and counted.
+struct ChannelDeltas {
+    id: String,
+    seq: u64,
+    tx: mpsc::Sender<Event>,
+    app: Arc<App>,
+}
+
+impl crate::query::Deltas for ChannelDeltas {
+    fn delta(&mut self, text: &str) {
+        let chunk = Chunk {
+            id: self.id.clone(),
+            seq: self.seq,
+            delta: text.to_string(),
+            done: false,
+        };
+        self.seq += 1;
+        let event = Event::default()
+            .event("chunk")
+            .data(serde_json::to_string(&chunk).unwrap_or_default());
+        if self.tx.try_send(event).is_err() {
+            self.app.sse_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+async fn question(
+    State(app): State<Arc<App>>,
+    Path(camera): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let limits = app.sources.limits;
+    let Ok(body) = body else {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the body is larger than {} bytes (mqtt.query_max_bytes)",
+                limits.max_bytes
+            ),
+        );
+    };
+    // The id is optional over HTTP: the response is the reply.
+    let mut value: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "malformed",
+                format!("the body is not JSON: {e}"),
+            );
+        }
+    };
+    if let Some(obj) = value.as_object_mut()
+        && !obj.contains_key("id")
+    {
+        let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+        obj.insert("id".into(), json!(format!("http-{n}")));
+    }
+    let payload = serde_json::to_vec(&value).unwrap_or_default();
+    let validated = {
+        let cameras = app
+            .sources
+            .cameras
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        validate(
+            &camera,
+            &payload,
+            std::time::Instant::now(),
+            &limits,
+            &cameras,
+        )
+    };
+    let (id, query) = match validated {
+        Ok(v) => v,
+        Err(r) => return query_error(&r.error),
+    };
+    let Some(service) = app.sources.service.borrow().clone() else {
+        let e = match &*app.sources.model.borrow() {
+            ModelStatus::Loading => QueryError::new(
+                ErrorCode::Busy,
+                "the model is still loading; ask again shortly",
+            ),
+            _ => QueryError::no_model(),
+        };
+        return query_error(&e);
+    };
+    let admission = match service.admit() {
+        Ok(a) => a,
+        Err(e) => return query_error(&e),
+    };
+    let sse = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    if !sse {
+        let (_, result) = service.ask_valid(admission, query, |_: &str| {}).await;
+        return match result {
+            Ok(report) => axum::Json(report.to_answer(&id, &camera)).into_response(),
+            Err(e) => query_error(&e),
+        };
+    }
+    let (tx, rx) = mpsc::channel::<Event>(SSE_BUFFER);
+    let deltas = ChannelDeltas {
+        id: id.clone(),
+        seq: 0,
+        tx: tx.clone(),
+        app: app.clone(),
+    };
+    tokio::spawn(async move {
+        let (deltas, result) = service.ask_valid(admission, query, deltas).await;
+        let last = match result {
+            Ok(report) => Event::default()
+                .event("answer")
+                .data(serde_json::to_string(&report.to_answer(&id, &camera)).unwrap_or_default()),
+            Err(e) => Event::default()
+                .event("error")
+                .data(serde_json::to_string(&json!({"id": id, "error": e})).unwrap_or_default()),
+        };
+        drop(deltas);
+        // The last event waits for room: it carries the whole answer.
+        let _ = tx.send(last).await;
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}

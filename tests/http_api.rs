@@ -1,0 +1,240 @@
+//! The HTTP API (docs/HTTP.md) through curl, the real client: health and readiness, cameras,
+//! recent narrations and their snapshots, a question answered as JSON and as Server-Sent Events
+//! (the deltas add up to the final text), the same error codes as MQTT with HTTP statuses, and
+//! bearer tokens. The runtime runs in process with the tiny model and a test camera.
+
+mod common;
+
+use common::mqtt::free_port;
+use edgevlm::config::Config;
+use edgevlm::runtime::{Runtime, RuntimeOptions};
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+/// A failure bound only: every wait ends as soon as its condition holds.
+const BOUND: Duration = Duration::from_secs(90);
+
+/// `curl` with `args` against `url`: (HTTP status, body bytes).
+fn curl(url: &str, args: &[&str]) -> (u16, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "60", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    let mut body = out.stdout;
+    let nl = body.iter().rposition(|b| *b == b'\n').expect("status line");
+    let status = String::from_utf8_lossy(&body[nl + 1..])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    body.truncate(nl);
+    (status, body)
+}
+
+fn json(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
+}
+
+fn config(state: &std::path::Path, port: u16, extra: &str) -> Config {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+    let text = format!(
+        "[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"{}\"\n\
+         [engine]\nmodel_dir = \"{}\"\nthreads = 1\n\
+         [mqtt]\nenabled = false\n\
+         [http]\nlisten = \"127.0.0.1:{port}\"\n{extra}\n\
+         [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nsample_fps = 2\nwindow_secs = 10\n\
+         narrate = [\"interval\"]\nnarrate_interval_secs = 1\nnarrate_max_tokens = 8\n",
+        state.display(),
+        model.display(),
+    );
+    Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
+    common::wait_until(BOUND, &mut cond).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cameras_narrations_snapshots_and_questions_over_http_with_curl() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let state = std::env::temp_dir().join(format!("edgevlm-http-{}", std::process::id()));
+    let rt = Runtime::start(config(&state, port, ""), RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    let (s, body) = curl(&format!("{base}/healthz"), &[]);
+    assert_eq!((s, body.as_slice()), (200, &b"ok\n"[..]));
+    // Ready once the model is loaded and the camera runs.
+    let ready = wait_for(|| curl(&format!("{base}/readyz"), &[]).0 == 200).await;
+    assert!(
+        ready,
+        "{}",
+        String::from_utf8_lossy(&curl(&format!("{base}/readyz"), &[]).1)
+    );
+    let r = json(&curl(&format!("{base}/readyz"), &[]).1);
+    assert_eq!(r["model"], "ready");
+    assert_eq!(r["cameras"][0]["state"], "running");
+
+    let (s, body) = curl(&format!("{base}/v1/cameras"), &[]);
+    assert_eq!(s, 200);
+    let cams = json(&body);
+    assert_eq!(cams["cameras"][0]["camera"], "door");
+    let (s, body) = curl(&format!("{base}/v1/cameras/nope"), &[]);
+    assert_eq!(s, 404);
+    assert_eq!(json(&body)["error"]["code"], "unknown_camera");
+
+    // Narrations, newest last, each with its snapshot.
+    let narrated = wait_for(|| {
+        let (_, b) = curl(&format!("{base}/v1/cameras/door/narrations?limit=2"), &[]);
+        json(&b)["narrations"]
+            .as_array()
+            .is_some_and(|a| a.len() == 2)
+    })
+    .await;
+    assert!(narrated);
+    let list = json(&curl(&format!("{base}/v1/cameras/door/narrations?limit=2"), &[]).1);
+    let items = list["narrations"].as_array().unwrap();
+    assert!(items[0]["stream_end_secs"].as_f64() < items[1]["stream_end_secs"].as_f64());
+    let snap = &items[1]["snapshot"];
+    let url = format!(
+        "{base}/v1/cameras/door/snapshots/{}",
+        snap["id"].as_str().unwrap()
+    );
+    // Encoded off the watch's path: it may come a moment after its narration.
+    assert!(wait_for(|| curl(&url, &[]).0 == 200).await);
+    let (_, jpeg) = curl(&url, &[]);
+    assert_eq!(
+        edgevlm::evidence::picture::jpeg_size(&jpeg),
+        Some((
+            snap["width"].as_u64().unwrap() as u32,
+            snap["height"].as_u64().unwrap() as u32
+        ))
+    );
+    let (s, jpeg) = curl(&format!("{base}/v1/cameras/door/snapshot"), &[]);
+    assert_eq!(s, 200);
+    assert!(edgevlm::evidence::picture::jpeg_size(&jpeg).is_some());
+
+    // A question answered as one JSON.
+    let ask = format!("{base}/v1/cameras/door/questions");
+    let (s, body) = curl(
+        &ask,
+        &[
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            r#"{"question":"What is moving?","max_tokens":6}"#,
+        ],
+    );
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    let a = json(&body);
+    assert!(a["id"].as_str().unwrap().starts_with("http-"));
+    assert_eq!(a["camera"], "door");
+    assert!(
+        (1..=6).contains(&a["generated_tokens"].as_u64().unwrap()),
+        "{a}"
+    );
+
+    // The same as Server-Sent Events: chunks, then the answer; the deltas are its text.
+    let (s, body) = curl(
+        &ask,
+        &[
+            "-N",
+            "-H",
+            "Accept: text/event-stream",
+            "-d",
+            r#"{"id":"sse1","question":"What is moving?","max_tokens":6}"#,
+        ],
+    );
+    assert_eq!(s, 200);
+    let text = String::from_utf8(body).unwrap();
+    let mut deltas = String::new();
+    let mut answer = None;
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let event = block.lines().find_map(|l| l.strip_prefix("event: "));
+        let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+        match (event, data) {
+            (Some("chunk"), Some(d)) => {
+                deltas.push_str(json(d.as_bytes())["delta"].as_str().unwrap())
+            }
+            (Some("answer"), Some(d)) => answer = Some(json(d.as_bytes())),
+            _ => {}
+        }
+    }
+    let answer = answer.unwrap_or_else(|| panic!("no answer event in {text}"));
+    assert_eq!(answer["id"], "sse1");
+    assert_eq!(answer["text"].as_str().unwrap(), deltas);
+
+    // The same errors as MQTT, with HTTP statuses.
+    for (body, status, code) in [
+        ("{not json", 400, "malformed"),
+        (r#"{"question":"x","windw_secs":3}"#, 400, "invalid_field"),
+        (r#"{"question":"  "}"#, 400, "empty_question"),
+        (
+            r#"{"question":"x","window_secs":3000}"#,
+            400,
+            "window_too_long",
+        ),
+    ] {
+        let (s, b) = curl(&ask, &["-d", body]);
+        assert_eq!(
+            (s, json(&b)["error"]["code"].as_str().unwrap()),
+            (status, code),
+            "{body}"
+        );
+    }
+    let big = format!(r#"{{"question":"{}"}}"#, "A".repeat(20_000));
+    let (s, b) = curl(&ask, &["-d", &big]);
+    assert_eq!(
+        (s, json(&b)["error"]["code"].clone()),
+        (413, "too_large".into())
+    );
+    let (s, b) = curl(
+        &format!("{base}/v1/cameras/yard/questions"),
+        &["-d", r#"{"question":"x"}"#],
+    );
+    assert_eq!(
+        (s, json(&b)["error"]["code"].clone()),
+        (404, "unknown_camera".into())
+    );
+    let (s, _) = curl(&format!("{base}/../../etc/passwd"), &["--path-as-is"]);
+    assert_eq!(s, 404);
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_every_api_call_needs_it_and_health_checks_do_not() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let state = std::env::temp_dir().join(format!("edgevlm-http-tok-{}", std::process::id()));
+    let token_file =
+        std::env::temp_dir().join(format!("edgevlm-http-token-{}", std::process::id()));
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let extra = format!("token_file = \"{}\"", token_file.display());
+    let rt = Runtime::start(config(&state, port, &extra), RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    assert_eq!(curl(&format!("{base}/healthz"), &[]).0, 200);
+    let (s, b) = curl(&format!("{base}/v1/cameras"), &[]);
+    assert_eq!(
+        (s, json(&b)["error"]["code"].clone()),
+        (401, "unauthorized".into())
+    );
+    let (s, _) = curl(
+        &format!("{base}/v1/cameras"),
+        &["-H", "Authorization: Bearer wrong"],
+    );
+    assert_eq!(s, 401);
+    let (s, b) = curl(
+        &format!("{base}/v1/cameras"),
+        &["-H", "Authorization: Bearer s3cret-token"],
+    );
+    assert_eq!(s, 200);
+    assert_eq!(json(&b)["cameras"][0]["camera"], "door");
+    rt.shutdown().await;
+    let _ = std::fs::remove_file(&token_file);
+    let _ = std::fs::remove_dir_all(&state);
+}
