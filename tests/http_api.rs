@@ -206,6 +206,66 @@ async fn cameras_narrations_snapshots_and_questions_over_http_with_curl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_package_lists_cameras_chats_streams_and_follows_up() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let state = std::env::temp_dir().join(format!("edgevlm-http-oa-{}", std::process::id()));
+    let rt = Runtime::start(config(&state, port, ""), RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    assert!(wait_for(|| curl(&format!("{base}/readyz"), &[]).0 == 200).await);
+    // Footage in memory first: a narration means frames are encoded.
+    assert!(
+        wait_for(|| {
+            let (_, b) = curl(&format!("{base}/v1/cameras/door/narrations"), &[]);
+            json(&b)["narrations"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        })
+        .await
+    );
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
+    let out = Command::new(python)
+        .args([script, &base, "door"])
+        .output()
+        .expect("the project venv's python (scripts/setup.sh)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&out.stdout);
+    assert_eq!(r["models"], serde_json::json!(["door"]));
+    let c = &r["completion"];
+    assert_eq!(c["object"], "chat.completion");
+    assert!(
+        ["stop", "length"].contains(&c["finish_reason"].as_str().unwrap()),
+        "{c}"
+    );
+    assert!(
+        (1..=6).contains(&c["completion_tokens"].as_u64().unwrap()),
+        "{c}"
+    );
+    let s = &r["stream"];
+    assert!(
+        ["stop", "length"].contains(&s["finish_reason"].as_str().unwrap()),
+        "{s}"
+    );
+    assert!(!s["content"].as_str().unwrap().is_empty(), "{s}");
+    // The follow-up continued the chat's conversation.
+    let conv = r["conversations"].as_array().unwrap();
+    assert_eq!(conv[0]["conversation"], conv[1]["conversation"], "{conv:?}");
+    assert_eq!(
+        (conv[0]["turn"].as_u64(), conv[1]["turn"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(r["unknown_camera"]["status"], 404, "{r}");
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_every_api_call_needs_it_and_health_checks_do_not() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");

@@ -4,6 +4,7 @@
 //! service as MQTT's, with the same error codes.
 
 mod history;
+mod openai;
 
 pub use history::History;
 
@@ -49,6 +50,8 @@ pub struct Sources {
     pub snapshots: Option<Snapshotter>,
     /// Recent narrations and events.
     pub history: Arc<History>,
+    /// What `/metrics` shows (the same page as `telemetry.metrics_listen`).
+    pub metrics: crate::telemetry::metrics::Sources,
 }
 
 struct App {
@@ -57,6 +60,7 @@ struct App {
     cors: Vec<String>,
     next_id: AtomicU64,
     sse_dropped: AtomicU64,
+    chats: openai::Chats,
 }
 
 /// Binds `[http] listen` and loads the tokens; `Err` names what failed.
@@ -91,6 +95,7 @@ pub async fn serve(
         cors: cfg.cors_origins.clone(),
         next_id: AtomicU64::new(1),
         sse_dropped: AtomicU64::new(0),
+        chats: openai::Chats::default(),
     });
     let router = router(app.clone(), max_body);
     tracing::info!(address = ?addr, "Serving the HTTP API");
@@ -110,6 +115,13 @@ fn router(app: Arc<App>, max_body: usize) -> Router {
         .route(
             "/v1/cameras/:camera/questions",
             post(question).layer(DefaultBodyLimit::max(max_body + 1)),
+        )
+        .route("/metrics", get(metrics_page))
+        .route("/v1/models", get(openai::models))
+        .route(
+            "/v1/chat/completions",
+            // A chat resends its history: room for a few questions and answers.
+            post(openai::completions).layer(DefaultBodyLimit::max(16 * max_body)),
         )
         .layer(middleware::from_fn_with_state(app.clone(), authorize));
     Router::new()
@@ -207,6 +219,35 @@ async fn cors(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
         }
     }
     resp
+}
+
+/// Why no question service answers: the model is loading (`busy`) or there is none.
+fn not_ready(app: &App) -> QueryError {
+    match &*app.sources.model.borrow() {
+        ModelStatus::Loading => QueryError::new(
+            ErrorCode::Busy,
+            "the model is still loading; ask again shortly",
+        ),
+        _ => QueryError::no_model(),
+    }
+}
+
+/// The Prometheus page (behind the tokens, when there are some: scrapers send them).
+async fn metrics_page(State(app): State<Arc<App>>) -> Response {
+    let mut body = app.sources.metrics.render();
+    let dropped = app.sse_dropped.load(Ordering::Relaxed);
+    body.push_str(&format!(
+        "# HELP edgevlm_http_sse_dropped_total Streamed chunks dropped for clients that read too slowly.\n\
+         # TYPE edgevlm_http_sse_dropped_total counter\nedgevlm_http_sse_dropped_total {dropped}\n"
+    ));
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// Ready: the model loaded and every camera running (503 otherwise, with what is not).
@@ -449,14 +490,7 @@ async fn question(
         Err(r) => return query_error(&r.error),
     };
     let Some(service) = app.sources.service.borrow().clone() else {
-        let e = match &*app.sources.model.borrow() {
-            ModelStatus::Loading => QueryError::new(
-                ErrorCode::Busy,
-                "the model is still loading; ask again shortly",
-            ),
-            _ => QueryError::no_model(),
-        };
-        return query_error(&e);
+        return query_error(&not_ready(&app));
     };
     let admission = match service.admit() {
         Ok(a) => a,

@@ -139,6 +139,14 @@ impl Runtime {
         let (engines_tx, engines_rx) = watch::channel(None);
         let (memories_tx, memories_rx) = watch::channel(Vec::new());
         let mut servers = Vec::new();
+        let metric_sources = metrics::Sources {
+            views: views_rx,
+            publisher: publisher.clone(),
+            gate,
+            engines: engines_rx,
+            memories: memories_rx,
+            snapshots: snapshots.clone(),
+        };
         if let Some(addr) = config.telemetry.metrics_listen {
             let listener = metrics::bind(addr)
                 .await
@@ -146,14 +154,7 @@ impl Runtime {
             tracing::info!(address = %addr, "Serving Prometheus metrics on /metrics");
             servers.push(tokio::spawn(metrics::serve(
                 listener,
-                metrics::Sources {
-                    views: views_rx,
-                    publisher: publisher.clone(),
-                    gate,
-                    engines: engines_rx,
-                    memories: memories_rx,
-                    snapshots: snapshots.clone(),
-                },
+                metric_sources.clone(),
             )));
         }
         let control_socket = config.telemetry.control_socket.clone();
@@ -212,6 +213,7 @@ impl Runtime {
                 },
                 snapshots: snapshots.clone(),
                 history: history.clone(),
+                metrics: metric_sources,
             };
             servers.push(tokio::spawn(crate::http::serve(
                 listener,
