@@ -13,6 +13,9 @@ APT_PACKAGES=(
   mosquitto mosquitto-clients
   openssl
   python3-venv
+  curl
+  # The web page's test (tests/web_page.py): headless Chromium through chromedriver.
+  chromium chromium-driver
 )
 
 missing=()

@@ -266,6 +266,49 @@ async fn the_openai_package_lists_cameras_chats_streams_and_follows_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_page_shows_the_camera_and_its_narrations_and_streams_an_answer_in_chromium() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let state = std::env::temp_dir().join(format!("edgevlm-http-page-{}", std::process::id()));
+    let rt = Runtime::start(config(&state, port, ""), RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    let (s, page) = curl(&format!("{base}/"), &[]);
+    assert_eq!(s, 200);
+    let page = String::from_utf8(page).unwrap();
+    // Everything the page needs is in it or on this server: no external resource.
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "external resource"
+    );
+    assert!(wait_for(|| curl(&format!("{base}/readyz"), &[]).0 == 200).await);
+    let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/http-page.png");
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/web_page.py");
+    let out = Command::new(python)
+        .args([script, &format!("{base}/"), shot.to_str().unwrap()])
+        .output()
+        .expect("python");
+    let r = json(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{r} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(r["state"].as_str().unwrap().starts_with("running"), "{r}");
+    assert!(!r["narration"].as_str().unwrap().is_empty(), "{r}");
+    assert!(r["snapshot"][0].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["answer_class"], "", "the answer is not an error: {r}");
+    assert!(!r["answer"].as_str().unwrap().is_empty(), "{r}");
+    assert!(r["model"].as_str().unwrap().starts_with("model ready"), "{r}");
+    // The screenshot the run saved is a PNG.
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_every_api_call_needs_it_and_health_checks_do_not() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");

@@ -52,7 +52,14 @@ pub struct Sources {
     pub history: Arc<History>,
     /// What `/metrics` shows (the same page as `telemetry.metrics_listen`).
     pub metrics: crate::telemetry::metrics::Sources,
+    /// Narrations as the watches publish them (`/v1/live`).
+    pub narrations: tokio::sync::broadcast::Sender<crate::narrate::Narration>,
+    /// Events as the watches publish them (`/v1/live`).
+    pub events: tokio::sync::broadcast::Sender<crate::narrate::ChangeEvent>,
 }
+
+/// The web page (docs/HTTP.md, "Web page"): one file, no external resources.
+const PAGE: &str = include_str!("page/index.html");
 
 struct App {
     sources: Sources,
@@ -117,6 +124,7 @@ fn router(app: Arc<App>, max_body: usize) -> Router {
             post(question).layer(DefaultBodyLimit::max(max_body + 1)),
         )
         .route("/metrics", get(metrics_page))
+        .route("/v1/live", get(live))
         .route("/v1/models", get(openai::models))
         .route(
             "/v1/chat/completions",
@@ -125,6 +133,7 @@ fn router(app: Arc<App>, max_body: usize) -> Router {
         )
         .layer(middleware::from_fn_with_state(app.clone(), authorize));
     Router::new()
+        .route("/", get(page))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .merge(api)
@@ -219,6 +228,54 @@ async fn cors(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
         }
     }
     resp
+}
+
+/// The page itself holds no data (it asks the API, with the token it is given).
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; img-src 'self' blob:; style-src 'unsafe-inline'; \
+                 script-src 'unsafe-inline'; connect-src 'self'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
+/// Every narration and event as it is published, as Server-Sent Events (`narration`, `event`);
+/// a client too slow for the broadcast's 64 messages misses the oldest (counted).
+async fn live(State(app): State<Arc<App>>) -> Response {
+    use tokio::sync::broadcast::error::RecvError;
+    let state = (
+        app.sources.narrations.subscribe(),
+        app.sources.events.subscribe(),
+        app.clone(),
+    );
+    let stream = futures_util::stream::unfold(state, |(mut n, mut e, app)| async move {
+        loop {
+            let event = tokio::select! {
+                r = n.recv() => match r {
+                    Ok(m) => Event::default().event("narration").data(serde_json::to_string(&m).unwrap_or_default()),
+                    Err(RecvError::Lagged(k)) => { app.sse_dropped.fetch_add(k, Ordering::Relaxed); continue; }
+                    Err(RecvError::Closed) => return None,
+                },
+                r = e.recv() => match r {
+                    Ok(m) => Event::default().event("event").data(serde_json::to_string(&m).unwrap_or_default()),
+                    Err(RecvError::Lagged(k)) => { app.sse_dropped.fetch_add(k, Ordering::Relaxed); continue; }
+                    Err(RecvError::Closed) => return None,
+                },
+            };
+            return Some((Ok::<_, Infallible>(event), (n, e, app)));
+        }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// Why no question service answers: the model is loading (`busy`) or there is none.

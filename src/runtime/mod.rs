@@ -214,6 +214,8 @@ impl Runtime {
                 snapshots: snapshots.clone(),
                 history: history.clone(),
                 metrics: metric_sources,
+                narrations: outputs.narrations.clone(),
+                events: outputs.events.clone(),
             };
             servers.push(tokio::spawn(crate::http::serve(
                 listener,
