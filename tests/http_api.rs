@@ -300,7 +300,10 @@ async fn the_web_page_shows_the_camera_and_its_narrations_and_streams_an_answer_
     assert!(r["snapshot"][0].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["answer_class"], "", "the answer is not an error: {r}");
     assert!(!r["answer"].as_str().unwrap().is_empty(), "{r}");
-    assert!(r["model"].as_str().unwrap().starts_with("model ready"), "{r}");
+    assert!(
+        r["model"].as_str().unwrap().starts_with("model ready"),
+        "{r}"
+    );
     // The screenshot the run saved is a PNG.
     let png = std::fs::read(&shot).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

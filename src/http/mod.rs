@@ -67,6 +67,7 @@ struct App {
     cors: Vec<String>,
     next_id: AtomicU64,
     sse_dropped: AtomicU64,
+    sse_abandoned: AtomicU64,
     chats: openai::Chats,
 }
 
@@ -102,6 +103,7 @@ pub async fn serve(
         cors: cfg.cors_origins.clone(),
         next_id: AtomicU64::new(1),
         sse_dropped: AtomicU64::new(0),
+        sse_abandoned: AtomicU64::new(0),
         chats: openai::Chats::default(),
     });
     let router = router(app.clone(), max_body);
@@ -278,6 +280,22 @@ async fn live(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
+/// How long the last event of a stream waits for a client that does not read.
+pub const SSE_LAST_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sends the last event of a stream when there is room, waiting at most [`SSE_LAST_WAIT`]: a
+/// client that reads nothing for that long is given up (counted as disconnected).
+/// Returns whether the client is still there.
+async fn send_last(app: &App, tx: &mpsc::Sender<Event>, event: Event) -> bool {
+    match tokio::time::timeout(SSE_LAST_WAIT, tx.send(event)).await {
+        Ok(sent) => sent.is_ok(),
+        Err(_) => {
+            app.sse_abandoned.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
 /// Why no question service answers: the model is loading (`busy`) or there is none.
 fn not_ready(app: &App) -> QueryError {
     match &*app.sources.model.borrow() {
@@ -293,9 +311,12 @@ fn not_ready(app: &App) -> QueryError {
 async fn metrics_page(State(app): State<Arc<App>>) -> Response {
     let mut body = app.sources.metrics.render();
     let dropped = app.sse_dropped.load(Ordering::Relaxed);
+    let abandoned = app.sse_abandoned.load(Ordering::Relaxed);
     body.push_str(&format!(
         "# HELP edgevlm_http_sse_dropped_total Streamed chunks dropped for clients that read too slowly.\n\
-         # TYPE edgevlm_http_sse_dropped_total counter\nedgevlm_http_sse_dropped_total {dropped}\n"
+         # TYPE edgevlm_http_sse_dropped_total counter\nedgevlm_http_sse_dropped_total {dropped}\n\
+         # HELP edgevlm_http_sse_abandoned_total Streams given up because the client read nothing for 30 s.\n\
+         # TYPE edgevlm_http_sse_abandoned_total counter\nedgevlm_http_sse_abandoned_total {abandoned}\n"
     ));
     (
         [(
@@ -582,8 +603,8 @@ async fn question(
                 .data(serde_json::to_string(&json!({"id": id, "error": e})).unwrap_or_default()),
         };
         drop(deltas);
-        // The last event waits for room: it carries the whole answer.
-        let _ = tx.send(last).await;
+        // The last event waits for room (it carries the whole answer), a bounded time.
+        let _ = send_last(&app, &tx, last).await;
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))

@@ -313,22 +313,19 @@ pub(super) async fn completions(
     tokio::spawn(async move {
         let (deltas, result) = service.ask_valid(admission, query, deltas).await;
         drop(deltas);
-        match result {
+        let last = match result {
             Ok(r) => {
                 remember(&app2, &r.text);
-                let _ = tx
-                    .send(chunk(json!({}), Some(finish_reason(r.finish))))
-                    .await;
+                chunk(json!({}), Some(finish_reason(r.finish)))
             }
             Err(e) => {
-                let _ =
-                    tx.send(Event::default().data(
-                        json!({"error": {"code": e.code, "message": e.message}}).to_string(),
-                    ))
-                    .await;
+                let error = json!({"error": {"code": e.code, "message": e.message}});
+                Event::default().data(error.to_string())
             }
+        };
+        if super::send_last(&app2, &tx, last).await {
+            let _ = super::send_last(&app2, &tx, Event::default().data("[DONE]")).await;
         }
-        let _ = tx.send(Event::default().data("[DONE]")).await;
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
