@@ -36,7 +36,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-if ! .venv/bin/python -c 'import onnx, numpy, onnxruntime, tokenizers, jinja2, openai' >/dev/null 2>&1; then
+if ! .venv/bin/python -c 'import onnx, numpy, onnxruntime, tokenizers, jinja2, openai, jsonschema' >/dev/null 2>&1; then
   echo "setup: creating the Python venv (.venv) for ONNX Runtime and the tiny-model generator"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r engines/requirements.txt

@@ -201,6 +201,93 @@ async fn cameras_narrations_snapshots_and_questions_over_http_with_curl() {
     );
     let (s, _) = curl(&format!("{base}/../../etc/passwd"), &["--path-as-is"]);
     assert_eq!(s, 404);
+
+    // Every JSON response above, and a few more, matches docs/openapi.json.
+    let mut samples = Vec::new();
+    let mut take = |path: &str, method: &str, url: String, args: &[&str]| {
+        let (status, body) = curl(&url, args);
+        samples.push(serde_json::json!({
+            "path": path, "method": method, "status": status, "body": json(&body)
+        }));
+    };
+    take("/readyz", "get", format!("{base}/readyz"), &[]);
+    take("/v1/cameras", "get", format!("{base}/v1/cameras"), &[]);
+    take(
+        "/v1/cameras/{camera}",
+        "get",
+        format!("{base}/v1/cameras/door"),
+        &[],
+    );
+    take(
+        "/v1/cameras/{camera}",
+        "get",
+        format!("{base}/v1/cameras/nope"),
+        &[],
+    );
+    for route in ["narrations", "events"] {
+        let path = format!("/v1/cameras/{{camera}}/{route}");
+        take(
+            &path,
+            "get",
+            format!("{base}/v1/cameras/door/{route}?limit=5"),
+            &[],
+        );
+    }
+    take(
+        "/v1/cameras/{camera}/snapshots/{id}",
+        "get",
+        format!("{base}/v1/cameras/door/snapshots/none"),
+        &[],
+    );
+    let q = "/v1/cameras/{camera}/questions";
+    take(
+        q,
+        "post",
+        ask.clone(),
+        &["-d", r#"{"question":"What is moving?","max_tokens":4}"#],
+    );
+    take(q, "post", ask.clone(), &["-d", "{not json"]);
+    take(q, "post", ask.clone(), &["-d", &big]);
+    take(
+        q,
+        "post",
+        format!("{base}/v1/cameras/yard/questions"),
+        &["-d", r#"{"question":"x"}"#],
+    );
+    take("/v1/models", "get", format!("{base}/v1/models"), &[]);
+    let chat = r#"{"model":"door","messages":[{"role":"user","content":"What is moving?"}],"max_tokens":4}"#;
+    take(
+        "/v1/chat/completions",
+        "post",
+        format!("{base}/v1/chat/completions"),
+        &["-d", chat],
+    );
+    let lines: String = samples.iter().map(|s| format!("{s}\n")).collect();
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
+    let mut check = Command::new(python)
+        .args([
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openapi_check.py"),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json"),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out.stdout)["checked"], samples.len());
     rt.shutdown().await;
     let _ = std::fs::remove_dir_all(&state);
 }
