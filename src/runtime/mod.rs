@@ -53,16 +53,8 @@ const MQTT_FLUSH_BOUND: Duration = Duration::from_secs(3);
 /// The `reason` of every camera's last retained status after a clean stop.
 pub const STOPPED_REASON: &str = "edgevlm stopped";
 
-/// Where the model stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelStatus {
-    /// Loading (cameras already run).
-    Loading,
-    /// Loaded; narration and questions run.
-    Ready,
-    /// No model serves, and why (questions get `no_model`).
-    Unavailable(String),
-}
+/// Where the model stands (defined with the status it is reported in).
+pub use crate::telemetry::control::ModelStatus;
 
 /// What [`Runtime::start`] needs besides the configuration.
 #[derive(Debug, Clone, Default)]

@@ -50,6 +50,17 @@ impl Snapshot {
     }
 }
 
+/// Where the model stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelStatus {
+    /// Loading (cameras already run).
+    Loading,
+    /// Loaded; narration and questions run.
+    Ready,
+    /// No model serves, and why (questions get `no_model`).
+    Unavailable(String),
+}
+
 /// The latest snapshot, published by the main loop.
 pub type Reports = watch::Receiver<Snapshot>;
 
