@@ -11,8 +11,8 @@
 //!    of those answered, and how many were answered `busy` at once.
 //! 3. 1,000 idle `GET /v1/live` subscribers: the process's resident memory before and after.
 //! 4. Time to the first token of the same question, one at a time: over HTTP (first `chunk`
-//!    event) and over MQTT (first chunk on the answer topic, through the embedded broker).
-
+//!    event) and over MQTT (first chunk on the answer topic, through the embedded broker, or
+//!    through Mosquitto with `EDGEVLM_BENCH_BROKER=mosquitto`).
 
 use edgevlm::config::Config;
 use edgevlm::runtime::{Runtime, RuntimeOptions};
@@ -107,6 +107,16 @@ fn ask_sse(port: u16, question: &str) -> (u16, Option<Duration>) {
     (status, first)
 }
 
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -116,9 +126,32 @@ fn main() {
     let (http, mqtt) = (free_port(), free_port());
     let state = std::env::temp_dir().join(format!("edgevlm-bench-http-{}", std::process::id()));
     let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+    let mosquitto = std::env::var("EDGEVLM_BENCH_BROKER").is_ok_and(|b| b == "mosquitto");
+    let _broker = mosquitto.then(|| {
+        let conf = state.with_extension("mosquitto.conf");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(
+            &conf,
+            format!("listener {mqtt} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"),
+        )
+        .unwrap();
+        let child = std::process::Command::new("/usr/sbin/mosquitto")
+            .arg("-c")
+            .arg(&conf)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("mosquitto");
+        std::thread::sleep(Duration::from_millis(500));
+        KillOnDrop(child)
+    });
+    let mqtt_lines = if mosquitto {
+        format!("broker = \"mqtt://127.0.0.1:{mqtt}\"")
+    } else {
+        format!("listen = \"127.0.0.1:{mqtt}\"")
+    };
     let text = format!(
         "[runtime]\nstate_dir = \"{}\"\n[engine]\nmodel_dir = \"{}\"\nthreads = 1\n\
-         [mqtt]\nlisten = \"127.0.0.1:{mqtt}\"\n[http]\nlisten = \"127.0.0.1:{http}\"\n\
+         [mqtt]\n{mqtt_lines}\n[http]\nlisten = \"127.0.0.1:{http}\"\n\
          [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nsample_fps = 2\nwindow_secs = 10\nnarrate = []\n",
         state.display(),
         model.display()
@@ -225,6 +258,11 @@ fn main() {
         let mut opts = rumqttc::MqttOptions::new("bench-asker", "127.0.0.1", mqtt);
         opts.set_max_packet_size(1 << 20, 1 << 20);
         let (client, mut events) = rumqttc::AsyncClient::new(opts, 64);
+        // As the runtime's own client does (through its size guard): no Nagle delay on small
+        // packets, which would hold each question behind the previous answer's acknowledgements.
+        let mut net = events.network_options();
+        net.set_tcp_nodelay(true);
+        events.set_network_options(net);
         client
             .subscribe("edgevlm/door/answer/+", rumqttc::QoS::AtLeastOnce)
             .await
@@ -268,8 +306,13 @@ fn main() {
         }
     });
     println!(
-        "first token, one question at a time (10 each): HTTP SSE median {:.1} ms, MQTT median {:.1} ms",
+        "first token, one question at a time (10 each): HTTP SSE median {:.1} ms, MQTT ({}) median {:.1} ms",
         pct(&mut http_first, 0.5),
+        if mosquitto {
+            "Mosquitto"
+        } else {
+            "embedded broker"
+        },
         pct(&mut mqtt_first, 0.5)
     );
     rt.block_on(running.shutdown());

@@ -162,6 +162,9 @@ pub fn build(o: &ConnectOptions) -> (WireClient, WireLoop) {
             let (client, mut eventloop) = rumqttc::AsyncClient::new(opts, o.channel);
             let mut net = eventloop.network_options();
             net.set_connection_timeout(connect_secs);
+            // No Nagle: a chunk written right after a PUBACK would otherwise wait for the
+            // broker's delayed ACK, 40 ms on Linux (docs/MQTT.md, "Connection behaviour").
+            net.set_tcp_nodelay(true);
             eventloop.set_network_options(net);
             (
                 WireClient::V4(client),
@@ -192,6 +195,9 @@ pub fn build(o: &ConnectOptions) -> (WireClient, WireLoop) {
                     rumqttc::TlsConfiguration::Rustls(tls.clone()),
                 ));
             }
+            let mut net = opts.network_options();
+            net.set_tcp_nodelay(true);
+            opts.set_network_options(net);
             let (client, eventloop) = v5::AsyncClient::new(opts, o.channel);
             (WireClient::V5(client), WireLoop::V5(Box::new(eventloop)))
         }

@@ -399,6 +399,10 @@ impl<P: Protocol + Clone + Send + 'static> Server<P> {
                     continue;
                 }
             };
+            // edgevlm patch (vendor/README.md): without TCP_NODELAY, a small packet written right
+            // after another waits for the peer's delayed ACK (40 ms on Linux): each streamed
+            // chunk of an answer arrived up to 90 ms late.
+            let _ = stream.set_nodelay(true);
 
             let (network, tenant_id) = match self.tls_accept(stream).await {
                 Ok(o) => o,
