@@ -399,6 +399,59 @@ async fn the_web_page_shows_the_camera_and_its_narrations_and_streams_an_answer_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_beyond_concurrency_and_queue_are_answered_busy_with_503() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let state = std::env::temp_dir().join(format!("edgevlm-http-busy-{}", std::process::id()));
+    let mut config = config(&state, port, "");
+    config.query.concurrency = 1;
+    config.mqtt.query_queue = 1;
+    let rt = Runtime::start(config, RuntimeOptions::default())
+        .await
+        .expect("the runtime starts");
+    assert!(wait_for(|| curl(&format!("{base}/readyz"), &[]).0 == 200).await);
+    // Footage in memory first: a narration means frames are encoded.
+    assert!(
+        wait_for(|| {
+            let (_, b) = curl(&format!("{base}/v1/cameras/door/narrations"), &[]);
+            json(&b)["narrations"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        })
+        .await
+    );
+    // Six long answers at once: one runs, one waits, the others are refused at once.
+    let ask = format!("{base}/v1/cameras/door/questions");
+    let askers: Vec<_> = (0..6)
+        .map(|_| {
+            let ask = ask.clone();
+            std::thread::spawn(move || {
+                curl(
+                    &ask,
+                    &[
+                        "-d",
+                        r#"{"question":"Describe everything.","max_tokens":300}"#,
+                    ],
+                )
+            })
+        })
+        .collect();
+    let results: Vec<(u16, Vec<u8>)> = askers.into_iter().map(|a| a.join().unwrap()).collect();
+    let busy: Vec<&(u16, Vec<u8>)> = results.iter().filter(|(s, _)| *s == 503).collect();
+    assert!(
+        results.iter().filter(|(s, _)| *s == 200).count() >= 2,
+        "{:?}",
+        results.iter().map(|(s, _)| s).collect::<Vec<_>>()
+    );
+    assert!(!busy.is_empty(), "none refused");
+    for (_, b) in busy {
+        assert_eq!(json(b)["error"]["code"], "busy");
+    }
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_every_api_call_needs_it_and_health_checks_do_not() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
