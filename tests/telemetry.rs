@@ -79,7 +79,7 @@ fn metrics_and_status_describe_the_running_cameras() {
     // The endpoint answers once the run has bound it.
     let (first, up) = poll(|| try_get(port, "/metrics"), |_| true);
     assert!(up, "nothing answers on the metrics port");
-    assert!(first.starts_with("HTTP/1.0 200 OK"), "{first}");
+    assert!(first.starts_with("HTTP/1.1 200 OK"), "{first}");
     assert!(first.contains("text/plain; version=0.0.4"), "{first}");
     let sampled = |p: &str| try_metric(p, "edgevlm_camera_frames_sampled_total{camera=\"yard\"}");
     let sampled_first = sampled(&first).unwrap_or(0.0);
@@ -114,7 +114,7 @@ fn metrics_and_status_describe_the_running_cameras() {
         ),
         0.0
     );
-    assert!(get(port, "/other").starts_with("HTTP/1.0 404"));
+    assert!(get(port, "/other").starts_with("HTTP/1.1 404"));
     let yard = |name: &str| metric(&second, &format!("{name}{{camera=\"yard\"}}"));
     assert!(
         yard("edgevlm_memory_frames_encoded_total") + yard("edgevlm_memory_frames_reused_total")
@@ -219,7 +219,7 @@ fn engine_counters_appear_on_metrics_once_the_engines_are_sent() {
     rt.spawn(edgevlm::telemetry::metrics::serve(listener, sources));
 
     let before = get(port, "/metrics");
-    assert!(before.starts_with("HTTP/1.0 200 OK"), "{before}");
+    assert!(before.starts_with("HTTP/1.1 200 OK"), "{before}");
     assert!(!before.contains("edgevlm_engine_"), "{before}");
 
     let engines = engine_common::tiny();

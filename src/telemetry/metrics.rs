@@ -11,15 +11,8 @@ use crate::supervisor::{CameraState, CameraView};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-
-/// Largest request head accepted.
-const MAX_REQUEST: usize = 8 * 1024;
-/// Time a client has to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Renders every camera's counters and gauges in the Prometheus text format.
 pub fn render_cameras(views: &[CameraView]) -> String {
@@ -600,65 +593,42 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
     out
 }
 
-/// Serves `/metrics` from `sources` until the listener fails; each client is handled on its own.
+/// Serves `/metrics` from `sources` until the listener fails (axum, the HTTP API's stack).
 pub async fn serve(listener: TcpListener, sources: Sources) {
-    loop {
-        let (mut stream, _) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "Metrics listener failed to accept");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    use axum::http::header;
+    let page = move || {
         let sources = sources.clone();
-        tokio::spawn(async move {
-            let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await
-            {
-                Ok(Some(head))
-                    if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") =>
-                {
-                    let body = sources.render();
-                    format!(
-                        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                }
-                Ok(Some(_)) => {
-                    "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                        .into()
-                }
-                _ => "HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    .into(),
-            };
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
+        async move {
+            // One page per connection, as before: simple scrapers read until the server closes.
+            (
+                [
+                    (
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    ),
+                    (header::CONNECTION, "close"),
+                ],
+                sources.render(),
+            )
+        }
+    };
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(page))
+        .fallback(|| async {
+            (
+                axum::http::StatusCode::NOT_FOUND,
+                [(header::CONNECTION, "close")],
+            )
         });
-    }
-}
-
-/// Reads up to the end of the request head; `None` if it is too large or the client goes away.
-async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut buf = Vec::with_capacity(512);
-    let mut chunk = [0u8; 512];
-    loop {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
-            return String::from_utf8(buf).ok();
-        }
-        if buf.len() > MAX_REQUEST {
-            return None;
-        }
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!(error = %e, "Metrics listener failed");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn publisher_counters_render_as_prometheus_text() {
