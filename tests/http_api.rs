@@ -98,6 +98,28 @@ async fn cameras_narrations_snapshots_and_questions_over_http_with_curl() {
     let list = json(&curl(&format!("{base}/v1/cameras/door/narrations?limit=2"), &[]).1);
     let items = list["narrations"].as_array().unwrap();
     assert!(items[0]["stream_end_secs"].as_f64() < items[1]["stream_end_secs"].as_f64());
+    // Paging back: the page before the first item ends with the item before it.
+    let first = items[0]["id"].as_str().unwrap();
+    let back = json(
+        &curl(
+            &format!("{base}/v1/cameras/door/narrations?limit=1&before={first}"),
+            &[],
+        )
+        .1,
+    );
+    let back = back["narrations"].as_array().unwrap();
+    assert!(back.len() <= 1);
+    if let Some(prev) = back.first() {
+        assert!(prev["stream_end_secs"].as_f64() < items[0]["stream_end_secs"].as_f64());
+    }
+    let (s, b) = curl(
+        &format!("{base}/v1/cameras/door/narrations?before=nope"),
+        &[],
+    );
+    assert_eq!(
+        (s, json(&b)["error"]["code"].clone()),
+        (404, "not_found".into())
+    );
     let snap = &items[1]["snapshot"];
     let url = format!(
         "{base}/v1/cameras/door/snapshots/{}",

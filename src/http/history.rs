@@ -23,11 +23,30 @@ fn push<T>(map: &Mutex<HashMap<String, VecDeque<T>>>, camera: &str, item: T, siz
     q.push_back(item);
 }
 
-fn newest<T: Clone>(map: &Mutex<HashMap<String, VecDeque<T>>>, camera: &str, n: usize) -> Vec<T> {
+/// The newest `n` items of `camera` older than the one whose id is `before` (all, without it),
+/// oldest first; `None` when `before` is not among them.
+fn newest<T: Clone>(
+    map: &Mutex<HashMap<String, VecDeque<T>>>,
+    camera: &str,
+    n: usize,
+    before: Option<&str>,
+    id: impl Fn(&T) -> &str,
+) -> Option<Vec<T>> {
     let m = map.lock().unwrap_or_else(|p| p.into_inner());
-    m.get(camera).map_or_else(Vec::new, |q| {
-        q.iter().skip(q.len().saturating_sub(n)).cloned().collect()
-    })
+    let Some(q) = m.get(camera) else {
+        return before.is_none().then(Vec::new);
+    };
+    let end = match before {
+        Some(b) => q.iter().position(|t| id(t) == b)?,
+        None => q.len(),
+    };
+    Some(
+        q.iter()
+            .take(end)
+            .skip(end.saturating_sub(n))
+            .cloned()
+            .collect(),
+    )
 }
 
 impl History {
@@ -52,14 +71,21 @@ impl History {
         push(&self.events, &camera, e, self.size);
     }
 
-    /// The newest `n` narrations of `camera`, oldest first.
-    pub fn narrations(&self, camera: &str, n: usize) -> Vec<Narration> {
-        newest(&self.narrations, camera, n)
+    /// The newest `n` narrations of `camera` (before the one with id `before`, when given),
+    /// oldest first; `None` when `before` is not in the history (any more).
+    pub fn narrations(
+        &self,
+        camera: &str,
+        n: usize,
+        before: Option<&str>,
+    ) -> Option<Vec<Narration>> {
+        newest(&self.narrations, camera, n, before, |x| &x.id)
     }
 
-    /// The newest `n` events of `camera`, oldest first.
-    pub fn events(&self, camera: &str, n: usize) -> Vec<ChangeEvent> {
-        newest(&self.events, camera, n)
+    /// The same for events; an event's `new`, `update`s and `end` share an id, so `before` is
+    /// the first message of that id.
+    pub fn events(&self, camera: &str, n: usize, before: Option<&str>) -> Option<Vec<ChangeEvent>> {
+        newest(&self.events, camera, n, before, |x| &x.id)
     }
 
     /// Forgets a camera that no longer exists.
@@ -127,11 +153,22 @@ mod tests {
             h.event(event("door", n));
         }
         h.event(event("yard", 9));
-        let ids: Vec<String> = h.events("door", 10).into_iter().map(|e| e.id).collect();
-        assert_eq!(ids, ["door-ev-2", "door-ev-3", "door-ev-4"]);
-        assert_eq!(h.events("door", 1)[0].id, "door-ev-4");
-        assert_eq!(h.events("yard", 10).len(), 1);
+        let ids = |v: Option<Vec<ChangeEvent>>| -> Vec<String> {
+            v.unwrap().into_iter().map(|e| e.id).collect()
+        };
+        assert_eq!(
+            ids(h.events("door", 10, None)),
+            ["door-ev-2", "door-ev-3", "door-ev-4"]
+        );
+        assert_eq!(ids(h.events("door", 1, None)), ["door-ev-4"]);
+        // Paging back: the page before an item.
+        assert_eq!(ids(h.events("door", 1, Some("door-ev-4"))), ["door-ev-3"]);
+        assert_eq!(ids(h.events("door", 5, Some("door-ev-3"))), ["door-ev-2"]);
+        assert!(ids(h.events("door", 5, Some("door-ev-2"))).is_empty());
+        // An id the history no longer has (or never had).
+        assert!(h.events("door", 5, Some("door-ev-0")).is_none());
+        assert_eq!(ids(h.events("yard", 10, None)).len(), 1);
         h.forget("door");
-        assert!(h.events("door", 10).is_empty());
+        assert!(ids(h.events("door", 10, None)).is_empty());
     }
 }

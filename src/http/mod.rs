@@ -451,10 +451,22 @@ async fn snapshot(
     }
 }
 
-/// `?limit=N` (default 20, at most the history size).
+/// `?limit=N` (default 20, at most the history size) `&before=<id>` (the page before that item).
 #[derive(Deserialize)]
 struct Page {
     limit: Option<usize>,
+    before: Option<String>,
+}
+
+fn gone(camera: &str, before: Option<&str>) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "`before` = {:?} is not in camera `{camera}`'s history (any more)",
+            before.unwrap_or_default()
+        ),
+    )
 }
 
 async fn narrations(
@@ -465,11 +477,15 @@ async fn narrations(
     if report_of(&app, &camera).is_none() {
         return unknown_camera(&app, &camera);
     }
-    let items = app
+    let before = page.before.as_deref();
+    match app
         .sources
         .history
-        .narrations(&camera, page.limit.unwrap_or(20));
-    axum::Json(json!({"camera": camera, "narrations": items})).into_response()
+        .narrations(&camera, page.limit.unwrap_or(20), before)
+    {
+        Some(items) => axum::Json(json!({"camera": camera, "narrations": items})).into_response(),
+        None => gone(&camera, before),
+    }
 }
 
 async fn events(
@@ -480,11 +496,15 @@ async fn events(
     if report_of(&app, &camera).is_none() {
         return unknown_camera(&app, &camera);
     }
-    let items = app
+    let before = page.before.as_deref();
+    match app
         .sources
         .history
-        .events(&camera, page.limit.unwrap_or(20));
-    axum::Json(json!({"camera": camera, "events": items})).into_response()
+        .events(&camera, page.limit.unwrap_or(20), before)
+    {
+        Some(items) => axum::Json(json!({"camera": camera, "events": items})).into_response(),
+        None => gone(&camera, before),
+    }
 }
 
 /// The answer's chunks into a bounded channel (the SSE stream); full: dropped and counted.
