@@ -567,7 +567,23 @@ async fn question(
         let n = app.next_id.fetch_add(1, Ordering::Relaxed);
         obj.insert("id".into(), json!(format!("http-{n}")));
     }
+    if body.len() > limits.max_bytes {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the body is {} bytes, more than {} (mqtt.query_max_bytes)",
+                body.len(),
+                limits.max_bytes
+            ),
+        );
+    }
     let payload = serde_json::to_vec(&value).unwrap_or_default();
+    // The size was checked on what the client sent; the id added here does not count.
+    let limits = QueryLimits {
+        max_bytes: limits.max_bytes + 64,
+        ..limits
+    };
     let validated = {
         let cameras = app
             .sources
