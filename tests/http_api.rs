@@ -57,14 +57,56 @@ async fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
     common::wait_until(BOUND, &mut cond).await
 }
 
+/// The runtime in process with its HTTP server on a free port.
+struct Server {
+    rt: edgevlm::runtime::Running,
+    base: String,
+    state: std::path::PathBuf,
+}
+
+impl Server {
+    /// Starts `config` (with `extra` in `[http]`, changed by `tweak`) under a state directory
+    /// named by `tag`.
+    async fn start(tag: &str, extra: &str, tweak: impl FnOnce(&mut Config)) -> Server {
+        let port = free_port();
+        let state = std::env::temp_dir().join(format!("edgevlm-http-{tag}-{}", std::process::id()));
+        let mut c = config(&state, port, extra);
+        tweak(&mut c);
+        let rt = Runtime::start(c, RuntimeOptions::default())
+            .await
+            .expect("the runtime starts");
+        Server {
+            rt,
+            base: format!("http://127.0.0.1:{port}"),
+            state,
+        }
+    }
+
+    /// Waits until `/readyz` says ready and a narration says frames are in memory.
+    async fn with_footage(&self) {
+        let base = &self.base;
+        assert!(wait_for(|| curl(&format!("{base}/readyz"), &[]).0 == 200).await);
+        assert!(
+            wait_for(|| {
+                let (_, b) = curl(&format!("{base}/v1/cameras/door/narrations"), &[]);
+                json(&b)["narrations"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty())
+            })
+            .await
+        );
+    }
+
+    async fn stop(self) {
+        self.rt.shutdown().await;
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cameras_narrations_snapshots_and_questions_over_http_with_curl() {
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let state = std::env::temp_dir().join(format!("edgevlm-http-{}", std::process::id()));
-    let rt = Runtime::start(config(&state, port, ""), RuntimeOptions::default())
-        .await
-        .expect("the runtime starts");
+    let server = Server::start("curl", "", |_| {}).await;
+    let base = server.base.clone();
     let (s, body) = curl(&format!("{base}/healthz"), &[]);
     assert_eq!((s, body.as_slice()), (200, &b"ok\n"[..]));
     // Ready once the model is loaded and the camera runs.
@@ -310,29 +352,14 @@ async fn cameras_narrations_snapshots_and_questions_over_http_with_curl() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(json(&out.stdout)["checked"], samples.len());
-    rt.shutdown().await;
-    let _ = std::fs::remove_dir_all(&state);
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_package_lists_cameras_chats_streams_and_follows_up() {
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let state = std::env::temp_dir().join(format!("edgevlm-http-oa-{}", std::process::id()));
-    let rt = Runtime::start(config(&state, port, ""), RuntimeOptions::default())
-        .await
-        .expect("the runtime starts");
-    assert!(wait_for(|| curl(&format!("{base}/readyz"), &[]).0 == 200).await);
-    // Footage in memory first: a narration means frames are encoded.
-    assert!(
-        wait_for(|| {
-            let (_, b) = curl(&format!("{base}/v1/cameras/door/narrations"), &[]);
-            json(&b)["narrations"]
-                .as_array()
-                .is_some_and(|a| !a.is_empty())
-        })
-        .await
-    );
+    let server = Server::start("oa", "", |_| {}).await;
+    let base = server.base.clone();
+    server.with_footage().await;
     let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
     let out = Command::new(python)
@@ -370,18 +397,13 @@ async fn the_openai_package_lists_cameras_chats_streams_and_follows_up() {
         (Some(1), Some(2))
     );
     assert_eq!(r["unknown_camera"]["status"], 404, "{r}");
-    rt.shutdown().await;
-    let _ = std::fs::remove_dir_all(&state);
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_page_shows_the_camera_and_its_narrations_and_streams_an_answer_in_chromium() {
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let state = std::env::temp_dir().join(format!("edgevlm-http-page-{}", std::process::id()));
-    let rt = Runtime::start(config(&state, port, ""), RuntimeOptions::default())
-        .await
-        .expect("the runtime starts");
+    let server = Server::start("page", "", |_| {}).await;
+    let base = server.base.clone();
     let (s, page) = curl(&format!("{base}/"), &[]);
     assert_eq!(s, 200);
     let page = String::from_utf8(page).unwrap();
@@ -416,32 +438,18 @@ async fn the_web_page_shows_the_camera_and_its_narrations_and_streams_an_answer_
     // The screenshot the run saved is a PNG.
     let png = std::fs::read(&shot).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    rt.shutdown().await;
-    let _ = std::fs::remove_dir_all(&state);
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_beyond_concurrency_and_queue_are_answered_busy_with_503() {
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let state = std::env::temp_dir().join(format!("edgevlm-http-busy-{}", std::process::id()));
-    let mut config = config(&state, port, "");
-    config.query.concurrency = 1;
-    config.mqtt.query_queue = 1;
-    let rt = Runtime::start(config, RuntimeOptions::default())
-        .await
-        .expect("the runtime starts");
-    assert!(wait_for(|| curl(&format!("{base}/readyz"), &[]).0 == 200).await);
-    // Footage in memory first: a narration means frames are encoded.
-    assert!(
-        wait_for(|| {
-            let (_, b) = curl(&format!("{base}/v1/cameras/door/narrations"), &[]);
-            json(&b)["narrations"]
-                .as_array()
-                .is_some_and(|a| !a.is_empty())
-        })
-        .await
-    );
+    let server = Server::start("busy", "", |c| {
+        c.query.concurrency = 1;
+        c.mqtt.query_queue = 1;
+    })
+    .await;
+    let base = server.base.clone();
+    server.with_footage().await;
     // Six long answers at once: one runs, one waits, the others are refused at once.
     let ask = format!("{base}/v1/cameras/door/questions");
     let askers: Vec<_> = (0..6)
@@ -469,22 +477,17 @@ async fn questions_beyond_concurrency_and_queue_are_answered_busy_with_503() {
     for (_, b) in busy {
         assert_eq!(json(b)["error"]["code"], "busy");
     }
-    rt.shutdown().await;
-    let _ = std::fs::remove_dir_all(&state);
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_every_api_call_needs_it_and_health_checks_do_not() {
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let state = std::env::temp_dir().join(format!("edgevlm-http-tok-{}", std::process::id()));
     let token_file =
         std::env::temp_dir().join(format!("edgevlm-http-token-{}", std::process::id()));
     std::fs::write(&token_file, "s3cret-token\n").unwrap();
     let extra = format!("token_file = \"{}\"", token_file.display());
-    let rt = Runtime::start(config(&state, port, &extra), RuntimeOptions::default())
-        .await
-        .expect("the runtime starts");
+    let server = Server::start("tok", &extra, |_| {}).await;
+    let base = server.base.clone();
     assert_eq!(curl(&format!("{base}/healthz"), &[]).0, 200);
     let (s, b) = curl(&format!("{base}/v1/cameras"), &[]);
     assert_eq!(
@@ -502,7 +505,6 @@ async fn with_a_token_every_api_call_needs_it_and_health_checks_do_not() {
     );
     assert_eq!(s, 200);
     assert_eq!(json(&b)["cameras"][0]["camera"], "door");
-    rt.shutdown().await;
+    server.stop().await;
     let _ = std::fs::remove_file(&token_file);
-    let _ = std::fs::remove_dir_all(&state);
 }

@@ -295,6 +295,15 @@ async fn send_last(app: &App, tx: &mpsc::Sender<Event>, event: Event) -> bool {
     }
 }
 
+/// 413 `too_large` for a body over `limit` bytes.
+fn too_large(limit: usize) -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("the body is larger than {limit} bytes (a question's: mqtt.query_max_bytes)"),
+    )
+}
+
 /// Why no question service answers: the model is loading (`busy`) or there is none.
 fn not_ready(app: &App) -> QueryError {
     match &*app.sources.model.borrow() {
@@ -407,48 +416,36 @@ fn jpeg(bytes: &[u8]) -> Response {
         .into_response()
 }
 
-async fn latest_snapshot(State(app): State<Arc<App>>, Path(camera): Path<String>) -> Response {
-    if report_of(&app, &camera).is_none() {
-        return unknown_camera(&app, &camera);
+/// A snapshot of a known camera, or why there is none.
+fn snapshot_of(
+    app: &App,
+    camera: &str,
+    find: impl Fn(&Snapshotter) -> Option<Arc<crate::evidence::Snapshot>>,
+    missing: String,
+) -> Response {
+    if report_of(app, camera).is_none() {
+        return unknown_camera(app, camera);
     }
-    match app
-        .sources
-        .snapshots
-        .as_ref()
-        .and_then(|s| s.latest(&camera))
-    {
+    match app.sources.snapshots.as_ref().and_then(find) {
         Some(s) => jpeg(&s.jpeg),
-        None => error(
-            StatusCode::NOT_FOUND,
-            "no_snapshot",
-            format!("camera `{camera}` has no snapshot yet (or snapshots are off)"),
-        ),
+        None => error(StatusCode::NOT_FOUND, "no_snapshot", missing),
     }
+}
+
+async fn latest_snapshot(State(app): State<Arc<App>>, Path(camera): Path<String>) -> Response {
+    let missing = format!("camera `{camera}` has no snapshot yet (or snapshots are off)");
+    snapshot_of(&app, &camera, |s| s.latest(&camera), missing)
 }
 
 async fn snapshot(
     State(app): State<Arc<App>>,
     Path((camera, id)): Path<(String, String)>,
 ) -> Response {
-    if report_of(&app, &camera).is_none() {
-        return unknown_camera(&app, &camera);
-    }
-    match app
-        .sources
-        .snapshots
-        .as_ref()
-        .and_then(|s| s.get(&camera, &id))
-    {
-        Some(s) => jpeg(&s.jpeg),
-        None => error(
-            StatusCode::NOT_FOUND,
-            "no_snapshot",
-            format!(
-                "no snapshot `{id}` of camera `{camera}` among the last {}",
-                crate::evidence::HISTORY
-            ),
-        ),
-    }
+    let missing = format!(
+        "no snapshot `{id}` of camera `{camera}` among the last {}",
+        crate::evidence::HISTORY
+    );
+    snapshot_of(&app, &camera, |s| s.get(&camera, &id), missing)
 }
 
 /// `?limit=N` (default 20, at most the history size) `&before=<id>` (the page before that item).
@@ -469,23 +466,35 @@ fn gone(camera: &str, before: Option<&str>) -> Response {
     )
 }
 
+/// One page of a camera's history: `key` is `narrations` or `events`.
+fn history_page<T: serde::Serialize>(
+    app: &App,
+    camera: &str,
+    page: &Page,
+    key: &str,
+    read: impl Fn(&History, &str, usize, Option<&str>) -> Option<Vec<T>>,
+) -> Response {
+    if report_of(app, camera).is_none() {
+        return unknown_camera(app, camera);
+    }
+    let before = page.before.as_deref();
+    match read(
+        &app.sources.history,
+        camera,
+        page.limit.unwrap_or(20),
+        before,
+    ) {
+        Some(items) => axum::Json(json!({"camera": camera, key: items})).into_response(),
+        None => gone(camera, before),
+    }
+}
+
 async fn narrations(
     State(app): State<Arc<App>>,
     Path(camera): Path<String>,
     Query(page): Query<Page>,
 ) -> Response {
-    if report_of(&app, &camera).is_none() {
-        return unknown_camera(&app, &camera);
-    }
-    let before = page.before.as_deref();
-    match app
-        .sources
-        .history
-        .narrations(&camera, page.limit.unwrap_or(20), before)
-    {
-        Some(items) => axum::Json(json!({"camera": camera, "narrations": items})).into_response(),
-        None => gone(&camera, before),
-    }
+    history_page(&app, &camera, &page, "narrations", History::narrations)
 }
 
 async fn events(
@@ -493,18 +502,7 @@ async fn events(
     Path(camera): Path<String>,
     Query(page): Query<Page>,
 ) -> Response {
-    if report_of(&app, &camera).is_none() {
-        return unknown_camera(&app, &camera);
-    }
-    let before = page.before.as_deref();
-    match app
-        .sources
-        .history
-        .events(&camera, page.limit.unwrap_or(20), before)
-    {
-        Some(items) => axum::Json(json!({"camera": camera, "events": items})).into_response(),
-        None => gone(&camera, before),
-    }
+    history_page(&app, &camera, &page, "events", History::events)
 }
 
 /// The answer's chunks into a bounded channel (the SSE stream); full: dropped and counted.
@@ -541,14 +539,7 @@ async fn question(
 ) -> Response {
     let limits = app.sources.limits;
     let Ok(body) = body else {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "the body is larger than {} bytes (mqtt.query_max_bytes)",
-                limits.max_bytes
-            ),
-        );
+        return too_large(limits.max_bytes);
     };
     // The id is optional over HTTP: the response is the reply.
     let mut value: serde_json::Value = match serde_json::from_slice(&body) {

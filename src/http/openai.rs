@@ -155,11 +155,7 @@ pub(super) async fn completions(
 ) -> Response {
     let limits = app.sources.limits;
     let Ok(body) = body else {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("the body is larger than {} bytes", 16 * limits.max_bytes),
-        );
+        return super::too_large(16 * limits.max_bytes);
     };
     let req: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
