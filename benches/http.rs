@@ -14,6 +14,7 @@
 //!    event) and over MQTT (first chunk on the answer topic, through the embedded broker, or
 //!    through Mosquitto with `EDGEVLM_BENCH_BROKER=mosquitto`).
 
+mod common;
 use edgevlm::config::Config;
 use edgevlm::runtime::{Runtime, RuntimeOptions};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -25,17 +26,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("port")
-}
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -228,7 +218,7 @@ fn main() {
     );
 
     // 3. 1,000 idle live subscribers.
-    let before = rss_kib();
+    let before = common::rss_kib();
     let idle: Vec<TcpStream> = (0..1000)
         .map(|_| {
             let mut s = TcpStream::connect(("127.0.0.1", http)).unwrap();
@@ -238,7 +228,7 @@ fn main() {
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));
-    let after = rss_kib();
+    let after = common::rss_kib();
     println!(
         "1000 idle /v1/live subscribers: resident memory +{:.1} MiB ({:.1} KiB each)",
         after.saturating_sub(before) as f64 / 1024.0,

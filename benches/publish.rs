@@ -14,6 +14,7 @@
 //!    pace), every token its own message (0 ms) against the default 100 ms: messages per
 //!    narration and the delay from a token's call to the delivery of the chunk that carries it.
 
+mod common;
 use edgevlm::config::{BrokerChoice, MqttConfig};
 use edgevlm::narrate::{Narration, Trigger};
 use edgevlm::publish::{self, Endpoint, Publisher, QueryRequest, ReplyTo, StartOptions};
@@ -146,17 +147,6 @@ fn narration(n: u32) -> Narration {
         snapshot: None,
         watch: None,
     }
-}
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 async fn wait_count(got: &Mutex<Vec<(Instant, Vec<u8>)>>, n: usize, bound: Duration) -> bool {
@@ -323,13 +313,13 @@ fn main() {
 
         // 3. A full outbox while the broker is unreachable.
         let capacity = MqttConfig::default().outbox_capacity;
-        let rss0 = rss_kib();
+        let rss0 = common::rss_kib();
         let (offline, _c2) = start(&config(capacity), free_port());
         for n in 0..capacity as u32 * 2 {
             offline.narration(&narration(n));
         }
         let s = offline.stats();
-        let rss1 = rss_kib();
+        let rss1 = common::rss_kib();
         println!(
             "full outbox ({capacity} narrations of {size} B, default capacity): {} messages, {:.0} KiB accounted, resident memory +{} KiB; {} dropped by drop_oldest",
             s.outbox.pending,
@@ -339,7 +329,7 @@ fn main() {
         );
         let big = 100_000;
         let (offline, _c3) = start(&config(big), free_port());
-        let rss2 = rss_kib();
+        let rss2 = common::rss_kib();
         for n in 0..big as u32 {
             offline.narration(&narration(n));
         }
@@ -347,7 +337,7 @@ fn main() {
         println!(
             "full outbox (100000 narrations): {:.1} MiB accounted, resident memory +{:.1} MiB",
             s.outbox.pending_bytes as f64 / (1 << 20) as f64,
-            rss_kib().saturating_sub(rss2) as f64 / 1024.0
+            common::rss_kib().saturating_sub(rss2) as f64 / 1024.0
         );
     });
     let _ = broker.kill();

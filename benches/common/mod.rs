@@ -1,4 +1,5 @@
-//! Helpers shared by the benches that run ONNX Runtime sessions (engine, watch, videollama3).
+//! Helpers shared by the benches (sessions of ONNX Runtime for engine, watch, videollama3; the
+//! process's memory for publish and http).
 #![allow(dead_code)] // each bench binary uses a different subset
 
 use std::path::PathBuf;
@@ -32,4 +33,16 @@ pub fn criterion_dir() -> PathBuf {
         .or_else(metadata)
         .unwrap_or_else(|| PathBuf::from("target"))
         .join("criterion")
+}
+
+/// This process's resident memory, in KiB (`VmRSS`).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
 }

@@ -57,7 +57,7 @@ struct Job {
 }
 
 struct Inner {
-    tx: Mutex<Option<SyncSender<Job>>>,
+    tx: SyncSender<Job>,
     config: SnapshotConfig,
     stats: SnapshotStats,
     history: Mutex<HashMap<String, VecDeque<Arc<Snapshot>>>>,
@@ -80,14 +80,14 @@ impl std::fmt::Debug for Snapshotter {
 
 impl Snapshotter {
     /// Starts the `snapshots` thread; its snapshots go to `publisher` when there is one. The
-    /// thread ends when every clone is dropped or [`Snapshotter::close`] is called.
+    /// thread ends when every clone is dropped.
     pub fn start(
         config: SnapshotConfig,
         publisher: Option<Publisher>,
     ) -> std::io::Result<Snapshotter> {
         let (tx, rx) = sync_channel::<Job>(config.queue.max(1));
         let inner = Arc::new(Inner {
-            tx: Mutex::new(Some(tx)),
+            tx,
             config,
             stats: SnapshotStats::default(),
             history: Mutex::new(HashMap::new()),
@@ -136,25 +136,15 @@ impl Snapshotter {
             info: info.clone(),
             frame: frame.clone(),
         };
-        let tx = self.inner.tx.lock().unwrap_or_else(|p| p.into_inner());
-        match tx.as_ref().map(|tx| tx.try_send(job)) {
-            Some(Ok(())) => Some(info),
-            Some(Err(TrySendError::Full(_))) => {
+        match self.inner.tx.try_send(job) {
+            Ok(()) => Some(info),
+            Err(TrySendError::Full(_)) => {
                 self.inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(camera, id, "Snapshot queue full; snapshot dropped");
                 None
             }
-            Some(Err(TrySendError::Disconnected(_))) | None => None,
+            Err(TrySendError::Disconnected(_)) => None,
         }
-    }
-
-    /// Stops taking snapshots; those queued are still encoded.
-    pub fn close(&self) {
-        self.inner
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
     }
 
     /// Counters.

@@ -122,7 +122,7 @@ fn router(app: Arc<App>, max_body: usize) -> Router {
         .route("/v1/cameras/:camera/events", get(events))
         .route(
             "/v1/cameras/:camera/questions",
-            post(question).layer(DefaultBodyLimit::max(max_body + 1)),
+            post(question).layer(DefaultBodyLimit::max(max_body)),
         )
         .route("/metrics", get(metrics_page))
         .route("/v1/live", get(live))
@@ -538,6 +538,7 @@ async fn question(
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let limits = app.sources.limits;
+    // A body over the limit is refused by the extractor, before it is parsed.
     let Ok(body) = body else {
         return too_large(limits.max_bytes);
     };
@@ -557,17 +558,6 @@ async fn question(
     {
         let n = app.next_id.fetch_add(1, Ordering::Relaxed);
         obj.insert("id".into(), json!(format!("http-{n}")));
-    }
-    if body.len() > limits.max_bytes {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "the body is {} bytes, more than {} (mqtt.query_max_bytes)",
-                body.len(),
-                limits.max_bytes
-            ),
-        );
     }
     let payload = serde_json::to_vec(&value).unwrap_or_default();
     // The size was checked on what the client sent; the id added here does not count.

@@ -12,7 +12,7 @@
 use super::{App, error, query_error};
 use crate::query::{ErrorCode, FinishReason, QueryError, ValidQuery};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -55,19 +55,8 @@ pub(super) struct ChatRequest {
     temperature: Option<f64>,
     #[serde(default)]
     stream: bool,
-    // Accepted as clients send them; they do not change a greedy answer.
-    #[serde(default)]
-    #[allow(dead_code)]
-    top_p: Option<f64>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    n: Option<u32>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    user: Option<String>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    stream_options: Option<Value>,
+    // Other fields clients send (`top_p`, `n`, `user`, …) are ignored: they do not change a
+    // greedy answer.
 }
 
 #[derive(Deserialize)]
@@ -150,7 +139,6 @@ pub(super) async fn models(State(app): State<Arc<App>>) -> Response {
 
 pub(super) async fn completions(
     State(app): State<Arc<App>>,
-    _headers: HeaderMap,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let limits = app.sources.limits;

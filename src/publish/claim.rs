@@ -25,7 +25,7 @@ impl ClientIdClaim {
 }
 
 /// The lock file of `client_id` on `broker` (`host:port`) under `dir`.
-pub fn claim_path(dir: &Path, broker: &str, client_id: &str) -> PathBuf {
+fn claim_path(dir: &Path, broker: &str, client_id: &str) -> PathBuf {
     let safe = |s: &str| -> String {
         s.chars()
             .map(|c| {

@@ -17,7 +17,7 @@ mod tls;
 pub mod topics;
 mod wire;
 
-pub use claim::{ClientIdClaim, claim, claim_path};
+pub use claim::{ClientIdClaim, claim};
 pub use outbox::{OutboxStats, Pushed};
 pub use payload::{
     AnswerMessage, Chunk, ErrorNotice, ErrorReply, Instance, StatsMessage, StatusMessage, unix_now,

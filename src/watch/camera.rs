@@ -402,6 +402,9 @@ impl CameraWatch {
         } else {
             vec![&encoded[..]]
         };
+        // The encoder gives one frame per sampled frame, in order: `chunk[at + i]` is the
+        // sampled frame of `group[i]`.
+        let mut at = 0;
         for group in groups {
             let speak = match self.extend(group) {
                 Ok(true) => self.live.as_ref().and_then(|l| {
@@ -412,12 +415,11 @@ impl CameraWatch {
             };
             for (i, f) in group.iter().enumerate() {
                 let last = i + 1 == group.len();
-                let frame = chunk
-                    .iter()
-                    .find(|c| c.seq == f.seq)
-                    .expect("one encoded frame per sampled frame");
+                let frame = &chunk[at + i];
+                debug_assert_eq!(frame.seq, f.seq);
                 self.observe(f, frame, if last { speak } else { None }, fired);
             }
+            at += group.len();
         }
         self.stats().append.observe(t0.elapsed());
         if let Some(live) = &self.live {
