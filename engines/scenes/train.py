@@ -13,20 +13,37 @@ dropped, positions contiguous), each frame a VideoLLaMA3 streaming item with its
 turn, then questions and answers as user/assistant turns; the loss is on the answers only.
 
 Two stages, one command. Stage 1 trains the vision encoder and projector alone with a per-token
-probe (each visual token's colour, shape, column and row) on single frames, 32 a step, half of them
-crowded with two to five objects: shape is learned late (near chance for ~1,000 steps, then 90 % of
-tokens by step 2,000), far too late if it has to wait for the decoder's gradient. Stage 2 trains the
-whole model on clips, with the probe kept on as an auxiliary loss. A clip's question/answer turns
-share its frames but not each other: each turn sees the system turn and the frames only, at the
-positions it would have alone, as the runtime asks a question (a fork of the live cache), so no
-answer is copied from an earlier one.
+probe (each visual token's colour, shape, column and row, and where its object's centre is: the
+third of the frame and a 14-px bin) on single frames, 32 a step, half of them crowded with two to
+five objects: shape is learned late (near chance for ~1,000 steps, then 90 % of tokens by step
+2,000), far too late if it has to wait for the decoder's gradient. Stage 2 trains the whole model on
+clips, with the probe kept on as an auxiliary loss. A clip's question/answer turns share its frames
+but not each other: each turn sees the system turn and the frames only, at the positions it would
+have alone, as the runtime asks a question (a fork of the live cache), so no answer is copied from
+an earlier one.
+
+Two more training-only signals teach the decoder the steps an answer is made of, where they
+happen (docs/EVAL.md, "How it was trained"):
+- the decoder probe (DecoderProbe): linear heads on the hidden states after decoder layer 2 read, at
+  each kept visual token, its frame's time (the header's number tokens), how its object moved since
+  the frame before, which object vanished from it; at each frame's end, how many objects are there,
+  which have been seen and which are there now, whether the scene changed;
+- the attention guide (AttentionGuide): one head of decoder layer 2 is taught to look, while a
+  piece of an answer is written, at the tokens that hold it (the object asked about, in the frames
+  that answer; a narration sentence by sentence). The answer's loss alone teaches this binding
+  slowly: with two or more objects in view the model named another object's colour or place about
+  half the time.
+Neither adds weights to the checkpoint: the model is transformers' VideoLLaMA3, nothing else.
+
+Two data-parallel worker processes of one thread each (--workers, gloo on loopback) share each
+batch: 1.26 times the steps a minute of one process with two threads here.
 
 Tokenizer: our own byte-level BPE of 512 ids trained on the scenes' sentences (any text still
 encodes, as bytes). Qwen's real vocabulary has 151,936 rows: at this model's width its embedding
 alone would be 24 M parameters (97 MB in float32), far over the 20 MB the weights may take.
 
 Seeded throughout: the same command gives the same weights on the same machine (torch CPU kernels,
-2 threads). Prints held-out accuracy per question kind as it goes (teacher-forced, exact match).
+two workers of one thread). Prints held-out accuracy per question kind as it goes (teacher-forced, exact match).
 """
 
 from __future__ import annotations
@@ -34,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -87,12 +105,16 @@ def build_tokenizer():
     return tok
 
 
-def sample_text(tok, scene, keep, rng, turns: int):
-    """Segments of one training sequence: ("ids", [...], labels?) and ("visual", frame, token index list)."""
+def sample_text(tok, scene, keep, rng, turns: int, tokens=None):
+    """One training sequence: ids, labels (-100: not learned), visual tokens (position, frame,
+    token), the turns (the frames' end, each turn's span), each frame's <|stream_end|> position and,
+    with the render's per-token object labels `tokens`, the attention guide's rows (query
+    positions, key positions) per turn about one object."""
     special = {s: tok.token_to_id(s) for s in SPECIALS}
     ids: list[int] = []
     labels: list[int] = []
     visual: list[tuple[int, int, int]] = []  # (position, frame, token)
+    ends: list[int] = []                     # position of each frame's <|stream_end|>
 
     def text(s: str, learn: bool = False):
         e = tok.encode(s, add_special_tokens=False).ids
@@ -110,7 +132,7 @@ def sample_text(tok, scene, keep, rng, turns: int):
             visual.append((len(ids), i, int(n)))
             ids.append(special["<|video_pad|>"])
             labels.append(-100)
-        text("\n"); sp("<|stream_end|>"); text("\n")
+        text("\n"); ends.append(len(ids)); sp("<|stream_end|>"); text("\n")
     prefix = len(ids)
     spans = []
     qs = scenes.questions(scene, rng)
@@ -118,13 +140,25 @@ def sample_text(tok, scene, keep, rng, turns: int):
     weights = np.array([{"narration": 3.0, "count": 1.5, "colour": 1.0, "shape": 1.0, "position": 1.0,
                          "motion": 2.0, "temporal": 1.2}[q["kind"]] for q in qs])
     pick = rng.choice(len(qs), size=min(turns, len(qs)), replace=False, p=weights / weights.sum())
+    guides = []
     for k in pick:
         q = qs[k]
         start = len(ids)
         sp("<|im_start|>"); text("user\n" + q["question"]); sp("<|im_end|>"); text("\n")
-        sp("<|im_start|>"); text("assistant\n"); text(q["answer"], learn=True); sp("<|im_end|>", learn=True); text("\n")
+        sp("<|im_start|>"); text("assistant\n")
+        if tokens is None:
+            text(q["answer"], learn=True)
+        else:
+            # Piece by piece (each piece starts at a word, so the ids are those of the whole
+            # answer); the positions that predict a piece's tokens are guided to its keys.
+            for piece, keys in guide_segments(scene, q, tokens, visual, ends[-1]):
+                first = len(ids)
+                text(piece, learn=True)
+                if keys:
+                    guides.append((list(range(first - 1, len(ids) - 1)), keys))
+        sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids)))
-    return ids, labels, visual, (prefix, spans)
+    return ids, labels, visual, (prefix, spans), ends, guides
 
 
 def make_model(tok):
@@ -144,28 +178,49 @@ COLOUR_IDS = {c: i + 1 for i, c in enumerate(scenes.COLOURS)}
 SHAPE_IDS = {c: i + 1 for i, c in enumerate(scenes.SHAPES)}
 
 
+# Where a token's object is, in the words of the answers (the frame's thirds) and finer (bins of
+# 14 px, half a token): what position and motion questions need, readable from the one token.
+X_BINS, Y_BINS = scenes.WIDTH // 14, scenes.HEIGHT // 14
+
+
 def token_targets(scene, labels: np.ndarray) -> np.ndarray:
-    """[T, N, 4] per-token targets of the auxiliary head: the covering object's colour and shape
-    (0: background), the token's column and row."""
+    """[T, N, 8] per-token targets of the vision probe: the covering object's colour and shape, the
+    third of the frame its centre is in (column, row) and its centre's 14-px bin (x, y), all 0 on
+    the background; the token's own column and row."""
     t, n = labels.shape
     hb, wb = scenes.HEIGHT // scenes.TOKEN_PX, scenes.WIDTH // scenes.TOKEN_PX
     colour = np.array([0] + [COLOUR_IDS[o.colour] for o in scene.objects])[labels]
     shape = np.array([0] + [SHAPE_IDS[o.shape] for o in scene.objects])[labels]
+    # Object centres per frame, [T, K + 1] (column 0: the background).
+    cx = np.zeros((t, len(scene.objects) + 1))
+    cy = np.zeros((t, len(scene.objects) + 1))
+    for k, o in enumerate(scene.objects):
+        cx[:, k + 1] = [o.path[i][0] for i in range(t)]
+        cy[:, k + 1] = [o.path[i][1] for i in range(t)]
+    x = np.take_along_axis(cx, labels, 1)
+    y = np.take_along_axis(cy, labels, 1)
+    obj = labels > 0
+    third_col = np.where(obj, 1 + (x >= scenes.WIDTH / 3) + (x > 2 * scenes.WIDTH / 3), 0)
+    third_row = np.where(obj, 1 + (y >= scenes.HEIGHT / 3) + (y > 2 * scenes.HEIGHT / 3), 0)
+    x_bin = np.where(obj, 1 + np.clip((x // 14).astype(np.int64), 0, X_BINS - 1), 0)
+    y_bin = np.where(obj, 1 + np.clip((y // 14).astype(np.int64), 0, Y_BINS - 1), 0)
     # On a flat background a token's features carry its place only through the frame's edges (the
     # encoder's rotary positions are relative): three layers learn that (docs/EVAL.md).
     col = np.broadcast_to(np.tile(np.arange(wb), hb), (t, n))
     row = np.broadcast_to(np.repeat(np.arange(hb), wb), (t, n))
-    return np.stack([colour, shape, col, row], -1)
+    return np.stack([colour, shape, col, row, third_col, third_row, x_bin, y_bin], -1).astype(np.int64)
 
 
 class TokenProbe(torch.nn.Module):
     """Training only (not part of the checkpoint): reads each visual token's colour, shape, column
-    and row from its features, so the vision encoder learns from the first step what the answers
-    need. Without it the decoder first learns to ignore the (random) visual tokens, and the
-    encoder's gradient through the decoder stays ~1e-5 of the decoder's: nothing is learned."""
+    and row, and its object's place, from its features, so the vision encoder learns from the first
+    step what the answers need. Without it the decoder first learns to ignore the (random) visual
+    tokens, and the encoder's gradient through the decoder stays ~1e-5 of the decoder's: nothing is
+    learned."""
 
     SIZES = (len(scenes.COLOURS) + 1, len(scenes.SHAPES) + 1,
-             scenes.WIDTH // scenes.TOKEN_PX, scenes.HEIGHT // scenes.TOKEN_PX)
+             scenes.WIDTH // scenes.TOKEN_PX, scenes.HEIGHT // scenes.TOKEN_PX, 4, 4, X_BINS + 1, Y_BINS + 1)
+    OWN_PLACE = (2, 3)   # the token's own column and row: every token has them
 
     def __init__(self, hidden: int):
         super().__init__()
@@ -173,21 +228,221 @@ class TokenProbe(torch.nn.Module):
 
     def loss(self, feats: torch.Tensor, targets: torch.Tensor):
         out = self.head(feats.reshape(-1, feats.shape[-1]))
-        t = targets.reshape(-1, 4)
+        t = targets.reshape(-1, len(self.SIZES))
         losses, accs, start = [], [], 0
         for k, size in enumerate(self.SIZES):
             logits = out[:, start:start + size]
             start += size
-            # Object tokens are rare: weigh background tokens down for colour and shape.
+            # Object tokens are rare: weigh background tokens down for the object's targets.
             w = None
-            if k < 2:
+            if k not in self.OWN_PLACE:
                 w = torch.ones(size)
                 w[0] = 0.2
-            # Every token has all four targets (colour and shape 0 on the background).
             losses.append(F.cross_entropy(logits, t[:, k], weight=w))
             right = logits.argmax(-1) == t[:, k]
-            accs.append((right[t[:, k] > 0] if k < 2 else right).float().mean())
+            accs.append((right if k in self.OWN_PLACE else right[t[:, k] > 0]).float().mean())
         return sum(losses), accs
+
+
+MOVES = ("still", "left", "right", "up", "down", "new")
+OBJECT_NAMES = [f"{c} {s}" for c in scenes.COLOURS for s in scenes.SHAPES]
+
+
+def decoder_targets(tok, scene, labels: np.ndarray, visual, ends) -> dict:
+    """Targets of the decoder probe (DecoderProbe) for one training sequence: head -> [(position,
+    target)]. At each kept visual token: the number tokens of its frame's time (as the header spells
+    them), and, on an object's token, how that object moved since the frame before ("new" where it
+    was not there), or, on a background token, the colour and shape of the object that vanished from
+    it in this frame (0: none). At each frame's <|stream_end|>: its time too, how many objects are
+    there, whether the scene changed at this frame, and which of the fifteen objects have been seen
+    so far and which are there now. These are the steps an answer about time, motion, leaving,
+    counting and absence is made of, taught where they happen instead of only through the answers."""
+    out: dict = {k: [] for k in DecoderProbe.HEADS}
+    stamps = []
+    for i in range(scene.frames):
+        e = tok.encode(f"Time {scene.time(i):.1f}s:", add_special_tokens=False).ids
+        number = e[1:e.index(tok.token_to_id("."), 1)]
+        stamps.append((number[0], number[1] if len(number) > 1 else 0))
+    for pos, i, n in visual:
+        out["time0"].append((pos, stamps[i][0]))
+        out["time1"].append((pos, stamps[i][1]))
+        k = int(labels[i, n]) - 1
+        if k >= 0:
+            o = scene.objects[k]
+            if i == 0 or not o.visible(i - 1):
+                move = "new"
+            else:
+                (x0, y0), (x1, y1) = o.path[i - 1], o.path[i]
+                dx, dy = x1 - x0, y1 - y0
+                move = "still" if max(abs(dx), abs(dy)) < scenes.MOVE_MIN_PX else (
+                    ("right" if dx > 0 else "left") if abs(dx) >= abs(dy) else ("down" if dy > 0 else "up"))
+            out["move"].append((pos, MOVES.index(move)))
+        else:
+            was = int(labels[i - 1, n]) - 1 if i > 0 else -1
+            gone = was >= 0 and not scene.objects[was].visible(i)
+            out["gone_colour"].append((pos, COLOUR_IDS[scene.objects[was].colour] if gone else 0))
+            out["gone_shape"].append((pos, SHAPE_IDS[scene.objects[was].shape] if gone else 0))
+    for i, pos in enumerate(ends):
+        out["time0"].append((pos, stamps[i][0]))
+        out["time1"].append((pos, stamps[i][1]))
+        out["count"].append((pos, min(4, sum(o.visible(i) for o in scene.objects))))
+        out["change"].append((pos, int(scene.change == i)))
+        seen, there = np.zeros(len(OBJECT_NAMES), np.float32), np.zeros(len(OBJECT_NAMES), np.float32)
+        for o in scene.objects:
+            seen[OBJECT_NAMES.index(o.name)] += o.appear <= i
+            there[OBJECT_NAMES.index(o.name)] += o.visible(i)
+        out["seen"].append((pos, seen))
+        out["there"].append((pos, there))
+    return out
+
+
+class DecoderProbe(torch.nn.Module):
+    """Training only (not part of the checkpoint): linear heads on the decoder's hidden states after
+    layer `LAYER`, reading the targets of `decoder_targets`."""
+
+    HEADS = {"time0": VOCAB, "time1": VOCAB, "move": len(MOVES), "gone_colour": len(scenes.COLOURS) + 1,
+             "gone_shape": len(scenes.SHAPES) + 1, "count": len(scenes.NUMBERS), "change": 2,
+             "seen": len(OBJECT_NAMES), "there": len(OBJECT_NAMES)}
+    MULTI = ("seen", "there")   # several objects at once: one yes/no per object
+    LAYER = 2
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.heads = torch.nn.ModuleDict({k: torch.nn.Linear(hidden, n) for k, n in self.HEADS.items()})
+
+    def loss(self, hidden: torch.Tensor, targets: dict):
+        """`targets`: head -> (rows, positions, classes) tensors."""
+        losses, accs = [], {}
+        for k, (rows, cols, y) in targets.items():
+            if len(y) == 0:
+                continue
+            logits = self.heads[k](hidden[rows, cols])
+            if k in self.MULTI:
+                losses.append(F.binary_cross_entropy_with_logits(logits, y))
+                accs[k] = ((logits > 0) == (y > 0.5)).all(-1).float().mean().item()
+                continue
+            # Vanished objects are rare: "none" weighs a tenth, and the accuracy is over the
+            # tokens that have one.
+            w = None
+            if k.startswith("gone"):
+                w = torch.ones(self.HEADS[k])
+                w[0] = 0.1
+            losses.append(F.cross_entropy(logits, y, weight=w))
+            right = logits.argmax(-1) == y
+            if k.startswith("gone"):
+                right = right[y > 0]
+            if len(right):
+                accs[k] = right.float().mean().item()
+        return sum(losses), accs
+
+
+def _object_named(scene, name: str):
+    return next((o for o in scene.objects if o.name == name), None)
+
+
+def queried_object(scene, q: dict, i: int):
+    """The object a question is about (None: no one object, or one never seen), found by its
+    words as scenes.py writes them."""
+    text = q["question"]
+    for o in scene.objects:
+        if f"the {o.name}?" in text or f"the {o.name} " in text:
+            return o if o.appear <= i else None
+    for o in (o for o in scene.objects if o.visible(i)):
+        if text in (f"What colour is the {o.shape}?", f"What shape is the {o.colour} object?"):
+            return o
+    return None
+
+
+def guide_segments(scene, q: dict, labels: np.ndarray, visual, end: int) -> list:
+    """The answer of `q` cut into pieces (their texts add up to the answer), each with the positions
+    the guided head should look at while that piece is written (AttentionGuide); `end`: the last
+    frame's <|stream_end|> position. An object's piece looks at that object's kept tokens in the
+    frames that hold it: all of them for its colour or shape, its latest kept frame for where it is
+    and how it moves, its first for when it appeared, the tokens it vanished from for when it left;
+    a scene change at the tokens of its frame; a count, an absent object or one still there at the
+    last frame's end, where the decoder probe keeps what is there (DecoderProbe). A narration or
+    "What is moving?" is cut into its sentences, each about one thing. Empty keys: no guide."""
+    i = scene.frames - 1
+    kept = {}
+    for pos, f, n in visual:
+        kept.setdefault(int(labels[f, n]), []).append((pos, f))
+
+    def tokens_of(o, which: str) -> list:
+        k = scene.objects.index(o) + 1
+        if which == "left":
+            d = o.disappear
+            return [pos for pos, f, n in visual if f == d and labels[d - 1, n] == k and labels[d, n] != k]
+        mine = kept.get(k, [])
+        if not mine:
+            return []
+        if which == "all":
+            return [pos for pos, _ in mine]
+        pick = min(f for _, f in mine) if which == "first" else max(f for _, f in mine)
+        return [pos for pos, f in mine if f == pick]
+
+    def sentence(text: str) -> list:
+        m = re.match(r"(?:A|The) (\w+ \w+) (is still|is moving|appeared at|left at)", text)
+        if m:
+            o = _object_named(scene, m.group(1))
+            return tokens_of(o, {"appeared at": "first", "left at": "left"}.get(m.group(2), "latest"))
+        if text.startswith("The scene changed") and scene.change is not None:
+            return [pos for pos, f, _ in visual if f == scene.change]
+        return []
+
+    answer, kind = q["answer"], q["kind"]
+    if kind in ("narration", "motion") and q["question"] in (scenes.NARRATE_PROMPT, "What is moving?"):
+        parts = re.split(r"(?<=\.) (?=[A-Z])", answer)
+        parts = parts[:1] + [" " + p for p in parts[1:]]
+        return [(p, sentence(p.strip())) for p in parts]
+    if kind == "count" or answer.startswith("There is no") or answer == "It is still there.":
+        return [(answer, [end])]
+    if q["question"] == "Did the scene change?":
+        return [(answer, [pos for pos, f, _ in visual if f == scene.change] if scene.change is not None else [])]
+    o = queried_object(scene, q, i)
+    if o is None:
+        return [(answer, [])]
+    if o.disappear is not None and o.disappear <= i and "appear" not in q["question"]:
+        return [(answer, tokens_of(o, "left"))]
+    which = "all" if kind in ("colour", "shape") else "first" if "appear" in q["question"] else "latest"
+    return [(answer, tokens_of(o, which))]
+
+
+class AttentionGuide(torch.nn.Module):
+    """Training only: teaches one attention head (`HEAD` of decoder layer `LAYER`) to look at the
+    tokens of the object a question is about while its answer is written (guide_targets), a loss on
+    that head's own attention (the log of the attention mass on those tokens). The answer's loss alone
+    teaches this binding slowly: with two or more objects in view the model reported another
+    object's colour or place about half the time (docs/EVAL.md). The head is the model's own; no
+    weights are added to the checkpoint."""
+
+    LAYER, HEAD = 2, 0
+
+    def __init__(self, model):
+        super().__init__()
+        self.attn = model.model.language_model.layers[self.LAYER].self_attn
+        self.attn.register_forward_pre_hook(self._keep, with_kwargs=True)
+        self.seen = None
+
+    def _keep(self, module, args, kwargs):
+        self.seen = (kwargs["hidden_states"], kwargs["position_embeddings"])
+
+    def loss(self, allowed: torch.Tensor, rows: list) -> torch.Tensor:
+        """`rows`: (batch row, query positions, key positions) per guided answer."""
+        from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+        h, (cos, sin) = self.seen
+        a, d = self.attn, self.attn.head_dim
+        q = a.q_proj(h)[..., self.HEAD * d:(self.HEAD + 1) * d].unsqueeze(1)
+        kv = self.HEAD // a.num_key_value_groups
+        k = a.k_proj(h)[..., kv * d:(kv + 1) * d].unsqueeze(1)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        losses = []
+        for r, qpos, kpos in rows:
+            logits = (q[r, 0, qpos] @ k[r, 0].T) * a.scaling            # [Q, L]
+            logits = logits.masked_fill(~allowed[r, qpos], float("-inf"))
+            on = logits[:, kpos].logsumexp(-1) - logits.logsumexp(-1)
+            losses.append(-on.mean())
+        return torch.stack(losses).mean() if losses else torch.zeros(())
 
 
 def normalise(frames: np.ndarray) -> torch.Tensor:
@@ -241,6 +496,18 @@ def forward(model, vision, embed, batch, grad_frames: int = 0, shared=None):
     return _text_forward(model, embed, batch, feats, offsets0)
 
 
+def decoder_probe_batch(batch) -> dict:
+    """The decoder targets of a batch as head -> (rows, positions, classes) tensors."""
+    out = {}
+    for k in DecoderProbe.HEADS:
+        rows = [r for r, b in enumerate(batch) for _ in b[6][k]]
+        cols = [p for b in batch for p, _ in b[6][k]]
+        ys = [y for b in batch for _, y in b[6][k]]
+        ys = torch.from_numpy(np.stack(ys)) if k in DecoderProbe.MULTI else torch.tensor(ys, dtype=torch.long)
+        out[k] = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long), ys)
+    return out
+
+
 def _text_forward(model, embed, batch, feats, offsets):
     longest = max(len(b[0]) for b in batch)
     ids = torch.zeros(len(batch), longest, dtype=torch.long)
@@ -270,7 +537,12 @@ def _text_forward(model, embed, batch, feats, offsets):
                 pos[r, a:e] = prefix + torch.arange(e - a)
     # Padding rows attend to themselves (a row with no allowed key gives NaN in sdpa).
     allowed |= torch.eye(longest, dtype=torch.bool)[None]
-    out = model.model.language_model(inputs_embeds=emb, attention_mask=allowed[:, None], position_ids=pos)
+    forward.allowed = allowed
+    probed = len(batch[0]) > 6
+    out = model.model.language_model(inputs_embeds=emb, attention_mask=allowed[:, None], position_ids=pos,
+                                     output_hidden_states=probed)
+    # The decoder probe's hidden states (training): see DecoderProbe.
+    forward.hidden = out.hidden_states[DecoderProbe.LAYER] if probed else None
     h = out.last_hidden_state[:, :-1]
     tgt = labels[:, 1:]
     sel = tgt != -100
@@ -327,11 +599,12 @@ def sample_text_single(tok, scene, keep, q):
 VISION_FIRST_SCENE = 500_000_000
 
 
-def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int) -> list:
+def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int, rank: int = 0, world: int = 1) -> list:
     """Stage 1: the vision encoder and projector alone, with the per-token probe, on single frames
     (VideoLLaMA3's own recipe starts with a vision stage). A frame costs no decoder, so this stage
     sees some 20 times more frames a minute than stage 2, and shape, the slowest thing to learn,
-    needs them (docs/EVAL.md). Returns the log."""
+    needs them (docs/EVAL.md). With `world` workers, each encodes its share of the step's frames.
+    Returns the log."""
     params = [*vision.parameters(), *probe.parameters()]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     started, log = time.time(), []
@@ -339,7 +612,8 @@ def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int)
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
         frames, targets = [], []
-        for k in range(batch):
+        share = batch // world
+        for k in range(rank * share, (rank + 1) * share):
             index = VISION_FIRST_SCENE + step * batch + k
             scene = scenes.crowd_frame(index) if k % 2 else scenes.make_scene("train", index, frames=1)
             f, labels = scenes.render(scene, labels=True)
@@ -348,14 +622,34 @@ def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int)
         loss, accs = probe.loss(vision(normalise(np.concatenate(frames))), torch.from_numpy(np.concatenate(targets)))
         opt.zero_grad()
         loss.backward()
+        average_gradients(params, world)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        if step % 50 == 0 or step + 1 == steps:
+        if rank == 0 and (step % 50 == 0 or step + 1 == steps):
             acc = " ".join(f"{a.item():.2f}" for a in accs)
-            print(f"vision step {step} probe {loss.item():.3f} (colour shape col row {acc}) {time.time() - started:.0f}s",
+            print(f"vision step {step} probe {loss.item():.3f} ({acc}) {time.time() - started:.0f}s",
                   flush=True)
             log.append({"step": step, "probe": round(loss.item(), 4), "accuracy": [round(a.item(), 3) for a in accs]})
     return log
+
+
+def average_gradients(params: list, world: int) -> None:
+    """Data parallelism over `world` worker processes (gloo): every worker ends the step with the
+    mean of all workers' gradients, so their weights stay identical. Two one-thread workers run a
+    step 1.5 times as fast as one process with two threads on this machine (small matrices scale
+    badly over threads; the scenes are rendered in parallel too)."""
+    if world == 1:
+        return
+    import torch.distributed as dist
+
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    at = 0
+    for p, g in zip(params, grads):
+        p.grad = flat[at:at + g.numel()].view_as(p)
+        at += g.numel()
 
 
 def save(model, tok, out: Path) -> None:
@@ -376,7 +670,7 @@ def save(model, tok, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--steps", type=int, default=4500)
+    ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--turns", type=int, default=14, help="question/answer turns per training clip")
     ap.add_argument("--lr", type=float, default=1.5e-3)
@@ -384,19 +678,52 @@ def main() -> None:
                     help="frames per clip the vision encoder learns from, the others forward only (0: all)")
     ap.add_argument("--long-clips", action="store_true", help="clips of up to 64 frames (4-12 otherwise)")
     ap.add_argument("--probe-weight", type=float, default=1.0, help="weight of the per-token auxiliary loss")
+    ap.add_argument("--decoder-probe-weight", type=float, default=0.3,
+                    help="weight of the decoder probe's loss (DecoderProbe; 0: none)")
+    ap.add_argument("--guide-weight", type=float, default=1.0,
+                    help="weight of the attention guide's loss (AttentionGuide; 0: none)")
+    ap.add_argument("--vision-from", type=Path, default=None,
+                    help="take the vision encoder and projector of this checkpoint and skip stage 1")
     ap.add_argument("--init", type=Path, default=None, help="continue from this checkpoint (a second phase)")
     ap.add_argument("--first-clip", type=int, default=0, help="index of the first training scene")
     ap.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
-    ap.add_argument("--vision-steps", type=int, default=2400, help="stage 1: vision-only steps (0: none)")
+    ap.add_argument("--vision-steps", type=int, default=2000, help="stage 1: vision-only steps (0: none)")
     ap.add_argument("--vision-batch", type=int, default=32, help="stage 1: frames per step")
     ap.add_argument("--vision-lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=20261201)
-    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads in all (the recorded runs: 2)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="data-parallel worker processes, the threads shared among them (average_gradients)")
+    ap.add_argument("--eval-every", type=int, default=1000)
     ap.add_argument("--eval-clips", type=int, default=30)
     args = ap.parse_args()
+    if args.batch % args.workers or args.vision_batch % args.workers:
+        ap.error(f"--batch ({args.batch}) and --vision-batch ({args.vision_batch}) must divide among "
+                 f"--workers ({args.workers})")
+    if args.workers == 1:
+        run(0, args, None)
+        return
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(run, args=(args, port), nprocs=args.workers)
+
+
+def run(rank: int, args, port) -> None:
+    """One worker of `main`: builds the same model as every other worker (same seed), trains on its
+    share of each batch, and (worker 0) logs, evaluates and saves."""
+    world = args.workers
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(2)
+    torch.set_num_threads(max(1, args.threads // world))
     from export import VisionExport
+
+    say = print if rank == 0 else (lambda *a, **k: None)
 
     if args.init:
         # A second phase: the weights and tokenizer of an earlier run, new clips.
@@ -408,17 +735,35 @@ def main() -> None:
     else:
         tok = build_tokenizer()
         model = make_model(tok).train()
+    if args.vision_from:
+        from transformers import VideoLlama3ForConditionalGeneration
+
+        donor = VideoLlama3ForConditionalGeneration.from_pretrained(args.vision_from, dtype=torch.float32)
+        model.model.vision_model.load_state_dict(donor.model.vision_model.state_dict())
+        model.model.projector.load_state_dict(donor.model.projector.state_dict())
+        args.vision_steps = 0
+    if world > 1:
+        # Every worker starts from worker 0's weights, and must have built the same tokenizer.
+        for p in model.parameters():
+            dist.broadcast(p.data, 0)
+        digest = torch.tensor([int.from_bytes(__import__("hashlib").sha256(tok.to_str().encode()).digest()[:7], "big")])
+        same = digest.clone()
+        dist.broadcast(same, 0)
+        assert bool((same == digest).all()), "workers built different tokenizers"
     vision = VisionExport(model, 2)
     embed = model.model.language_model.embed_tokens
     params = sum(p.numel() for p in model.parameters())
-    print(f"scenes model: {params / 1e6:.2f}M parameters, vocabulary {tok.get_vocab_size()}", flush=True)
+    say(f"scenes model: {params / 1e6:.2f}M parameters, vocabulary {tok.get_vocab_size()}", flush=True)
     probe = TokenProbe(TEXT["hidden_size"])
+    dprobe = DecoderProbe(TEXT["hidden_size"])
+    guide = AttentionGuide(model)
     begun = time.time()
     vision_log = []
     if args.vision_steps and not args.init:
-        vision_log = pretrain_vision(vision, probe, args.vision_steps, args.vision_batch, args.vision_lr, args.seed)
-    opt = torch.optim.AdamW([*model.parameters(), *probe.parameters()], lr=args.lr, betas=(0.9, 0.98),
-                            weight_decay=0.01)
+        vision_log = pretrain_vision(vision, probe, args.vision_steps, args.vision_batch, args.vision_lr, args.seed,
+                                     rank, world)
+    trained = [*model.parameters(), *probe.parameters(), *dprobe.parameters()]
+    opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm = args.warmup
 
     def lr_at(step):
@@ -429,22 +774,25 @@ def main() -> None:
 
     started = time.time()
     log = []
-    index = args.first_clip
+    # Each worker draws every `world`-th clip, `share` of them a step.
+    index = args.first_clip + rank
+    share = args.batch // world
     pending: list = []
     for step in range(args.steps):
         if not pending:
             # Four batches' worth of clips, sorted by length so a batch pads little.
-            for _ in range(4 * args.batch):
+            for _ in range(4 * share):
                 rng = np.random.default_rng(args.seed * 7919 + index)
                 scene = scenes.make_scene("train", index, long=args.long_clips)
-                index += 1
+                index += world
                 frames, tokens = scenes.render(scene, labels=True)
                 frames = augment(frames, rng)
                 keep = scenes.diff_fp(frames)
-                ids, labels, visual, turns = sample_text(tok, scene, keep, rng, args.turns)
-                pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns))
+                ids, labels, visual, turns, ends, guides = sample_text(tok, scene, keep, rng, args.turns, tokens)
+                pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns,
+                                decoder_targets(tok, scene, tokens, visual, ends), guides))
             pending.sort(key=lambda b: len(b[0]))
-            pending = [pending[i:i + args.batch] for i in range(0, len(pending), args.batch)]
+            pending = [pending[i:i + share] for i in range(0, len(pending), share)]
             order = np.random.default_rng(args.seed + step).permutation(len(pending))
             pending = [pending[i] for i in order]
         batch = pending.pop()
@@ -455,20 +803,36 @@ def main() -> None:
         targets = torch.from_numpy(np.concatenate([b[4] for b in batch]))[chosen]
         probe_loss, probe_acc = probe.loss(learned, targets)
         loss = lm_loss + args.probe_weight * probe_loss
+        dprobe_loss, dprobe_acc = torch.zeros(()), {}
+        if args.decoder_probe_weight:
+            dprobe_loss, dprobe_acc = dprobe.loss(forward.hidden, decoder_probe_batch(batch))
+            loss = loss + args.decoder_probe_weight * dprobe_loss
+        guide_loss = torch.zeros(())
+        if args.guide_weight:
+            guide_loss = guide.loss(forward.allowed, [(r, qp, kp) for r, b in enumerate(batch) for qp, kp in b[7]])
+            loss = loss + args.guide_weight * guide_loss
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_([*model.parameters(), *probe.parameters()], 1.0)
+        average_gradients(trained, world)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
-        if step % 20 == 0:
+        if rank == 0 and step % 20 == 0:
             el = time.time() - started
             acc = " ".join(f"{a.item():.2f}" for a in probe_acc)
-            print(f"step {step} loss {lm_loss.item():.4f} probe {probe_loss.item():.3f} (colour shape col row {acc}) "
-                  f"lr {lr_at(step):.2e} {el:.0f}s", flush=True)
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            dacc = " ".join(f"{k} {a:.2f}" for k, a in dprobe_acc.items())
+            print(f"step {step} loss {lm_loss.item():.4f} probe {probe_loss.item():.3f} ({acc}) "
+                  f"decoder probe {dprobe_loss.item():.3f} ({dacc}) guide {guide_loss.item():.3f} lr {lr_at(step):.2e} {el:.0f}s", flush=True)
+        if rank == 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
+            torch.set_num_threads(args.threads)   # the other workers wait for this one
             acc = heldout_accuracy(model, vision, embed, tok, args.eval_clips)
+            torch.set_num_threads(max(1, args.threads // world))
             log.append({"step": step + 1, "seconds": round(time.time() - started), "loss": loss.item(), "heldout": acc})
             print(f"held-out (teacher-forced exact answers) at step {step + 1}: {json.dumps(acc)}", flush=True)
             save(model, tok, args.out)
+    if world > 1:
+        dist.destroy_process_group()
+    if rank:
+        return
     save(model, tok, args.out)
     phases = []
     if args.init and (args.init / "training.json").exists():
