@@ -15,15 +15,15 @@ turn, then questions and answers as user/assistant turns; the loss is on the ans
 Two stages, one command. Stage 1 trains the vision encoder and projector alone with a per-token
 probe (each visual token's colour, shape, column and row, and where its object's centre is: the
 third of the frame and a 14-px bin) on single frames, 32 a step, half of them crowded with two to
-five objects: shape is learned late (near chance for ~1,000 steps, then 90 % of tokens by step
-2,000), far too late if it has to wait for the decoder's gradient. Stage 2 trains the whole model on
+five objects: shape is learned late (near chance for 1,000 to 2,000 steps, then 85-95 % of tokens
+within a few hundred), far too late if it has to wait for the decoder's gradient. Stage 2 trains the whole model on
 clips, with the probe kept on as an auxiliary loss. A clip's question/answer turns share its frames
 but not each other: each turn sees the system turn and the frames only, at the positions it would
 have alone, as the runtime asks a question (a fork of the live cache), so no answer is copied from
 an earlier one.
 
 Two more training-only signals teach the decoder the steps an answer is made of, where they
-happen (docs/EVAL.md, "How it was trained"):
+happen (docs/EVAL.md, "The recipe after it"):
 - the decoder probe (DecoderProbe): linear heads on the hidden states after decoder layer 2 read, at
   each kept visual token, its frame's time (the header's number tokens), how its object moved since
   the frame before, which object vanished from it; at each frame's end, how many objects are there,
@@ -49,6 +49,7 @@ two workers of one thread). Prints held-out accuracy per question kind as it goe
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import re
@@ -409,7 +410,7 @@ def guide_segments(scene, q: dict, labels: np.ndarray, visual, end: int) -> list
 
 class AttentionGuide(torch.nn.Module):
     """Training only: teaches one attention head (`HEAD` of decoder layer `LAYER`) to look at the
-    tokens of the object a question is about while its answer is written (guide_targets), a loss on
+    tokens of the object a question is about while its answer is written (guide_segments), a loss on
     that head's own attention (the log of the attention mass on those tokens). The answer's loss alone
     teaches this binding slowly: with two or more objects in view the model reported another
     object's colour or place about half the time (docs/EVAL.md). The head is the model's own; no
@@ -538,6 +539,7 @@ def _text_forward(model, embed, batch, feats, offsets):
     # Padding rows attend to themselves (a row with no allowed key gives NaN in sdpa).
     allowed |= torch.eye(longest, dtype=torch.bool)[None]
     forward.allowed = allowed
+    # Training batches (8 fields) carry the decoder probe's targets; held-out ones (6) do not.
     probed = len(batch[0]) > 6
     out = model.model.language_model(inputs_embeds=emb, attention_mask=allowed[:, None], position_ids=pos,
                                      output_hidden_states=probed)
@@ -635,9 +637,9 @@ def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int,
 
 def average_gradients(params: list, world: int) -> None:
     """Data parallelism over `world` worker processes (gloo): every worker ends the step with the
-    mean of all workers' gradients, so their weights stay identical. Two one-thread workers run a
-    step 1.5 times as fast as one process with two threads on this machine (small matrices scale
-    badly over threads; the scenes are rendered in parallel too)."""
+    mean of all workers' gradients, so their weights stay identical. Two one-thread workers run
+    1.26 times the steps a minute of one process with two threads on this machine (small matrices
+    scale badly over threads; the scenes are rendered in parallel too)."""
     if world == 1:
         return
     import torch.distributed as dist
@@ -746,7 +748,7 @@ def run(rank: int, args, port) -> None:
         # Every worker starts from worker 0's weights, and must have built the same tokenizer.
         for p in model.parameters():
             dist.broadcast(p.data, 0)
-        digest = torch.tensor([int.from_bytes(__import__("hashlib").sha256(tok.to_str().encode()).digest()[:7], "big")])
+        digest = torch.tensor([int.from_bytes(hashlib.sha256(tok.to_str().encode()).digest()[:7], "big")])
         same = digest.clone()
         dist.broadcast(same, 0)
         assert bool((same == digest).all()), "workers built different tokenizers"
