@@ -539,7 +539,7 @@ def _text_forward(model, embed, batch, feats, offsets):
     # Padding rows attend to themselves (a row with no allowed key gives NaN in sdpa).
     allowed |= torch.eye(longest, dtype=torch.bool)[None]
     forward.allowed = allowed
-    # Training batches (8 fields) carry the decoder probe's targets; held-out ones (6) do not.
+    # Training batches (8 fields) carry the decoder probe's targets; held-out ones (4 fields) do not.
     probed = len(batch[0]) > 6
     out = model.model.language_model(inputs_embeds=emb, attention_mask=allowed[:, None], position_ids=pos,
                                      output_hidden_states=probed)
