@@ -227,7 +227,9 @@ class TokenProbe(torch.nn.Module):
         super().__init__()
         self.head = torch.nn.Linear(hidden, sum(self.SIZES))
 
-    def loss(self, feats: torch.Tensor, targets: torch.Tensor):
+    def loss(self, feats: torch.Tensor, targets: torch.Tensor, taught: int | None = None):
+        """The probe's loss over its first `taught` targets (all of them by default) and its
+        accuracy on every target."""
         out = self.head(feats.reshape(-1, feats.shape[-1]))
         t = targets.reshape(-1, len(self.SIZES))
         losses, accs, start = [], [], 0
@@ -239,7 +241,8 @@ class TokenProbe(torch.nn.Module):
             if k not in self.OWN_PLACE:
                 w = torch.ones(size)
                 w[0] = 0.2
-            losses.append(F.cross_entropy(logits, t[:, k], weight=w))
+            if taught is None or k < taught:
+                losses.append(F.cross_entropy(logits, t[:, k], weight=w))
             right = logits.argmax(-1) == t[:, k]
             accs.append((right if k in self.OWN_PLACE else right[t[:, k] > 0]).float().mean())
         return sum(losses), accs
@@ -601,12 +604,13 @@ def sample_text_single(tok, scene, keep, q):
 VISION_FIRST_SCENE = 500_000_000
 
 
-def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int, rank: int = 0, world: int = 1) -> list:
+def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int, rank: int = 0, world: int = 1,
+                    taught: int | None = None) -> list:
     """Stage 1: the vision encoder and projector alone, with the per-token probe, on single frames
     (VideoLLaMA3's own recipe starts with a vision stage). A frame costs no decoder, so this stage
     sees some 20 times more frames a minute than stage 2, and shape, the slowest thing to learn,
     needs them (docs/EVAL.md). With `world` workers, each encodes its share of the step's frames.
-    Returns the log."""
+    `taught`: how many of the probe's targets the loss teaches (None: all). Returns the log."""
     params = [*vision.parameters(), *probe.parameters()]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     started, log = time.time(), []
@@ -621,7 +625,8 @@ def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int,
             f, labels = scenes.render(scene, labels=True)
             frames.append(augment(f, np.random.default_rng(seed * 7919 + index)))
             targets.append(token_targets(scene, labels))
-        loss, accs = probe.loss(vision(normalise(np.concatenate(frames))), torch.from_numpy(np.concatenate(targets)))
+        loss, accs = probe.loss(vision(normalise(np.concatenate(frames))), torch.from_numpy(np.concatenate(targets)),
+                                taught)
         opt.zero_grad()
         loss.backward()
         average_gradients(params, world)
@@ -692,6 +697,9 @@ def main() -> None:
     ap.add_argument("--vision-steps", type=int, default=2000, help="stage 1: vision-only steps (0: none)")
     ap.add_argument("--vision-batch", type=int, default=32, help="stage 1: frames per step")
     ap.add_argument("--vision-lr", type=float, default=3e-3)
+    ap.add_argument("--vision-targets", type=int, default=0,
+                    help="stage 1 teaches only the probe's first N targets (4: colour, shape, the token's column "
+                         "and row, as commit 8c459d6 did; 0: all 8, the object's place too)")
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads in all (the recorded runs: 2)")
     ap.add_argument("--workers", type=int, default=2,
@@ -763,7 +771,7 @@ def run(rank: int, args, port) -> None:
     vision_log = []
     if args.vision_steps and not args.init:
         vision_log = pretrain_vision(vision, probe, args.vision_steps, args.vision_batch, args.vision_lr, args.seed,
-                                     rank, world)
+                                     rank, world, args.vision_targets or None)
     trained = [*model.parameters(), *probe.parameters(), *dprobe.parameters()]
     opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm = args.warmup
