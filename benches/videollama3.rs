@@ -348,6 +348,7 @@ fn bench(c: &mut Criterion) {
                     budget: g.engines().decoder().max_context(),
                     slack: 0.25,
                     window_frames: n,
+                    policy: Default::default(),
                 },
             )
             .expect("live cache");

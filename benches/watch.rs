@@ -33,7 +33,9 @@
 mod common;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri};
+use edgevlm::config::{
+    CacheConfig, CachePolicy, CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri,
+};
 use edgevlm::engine::{EngineOptions, EngineStatsSnapshot, Engines};
 use edgevlm::generate::render::{self, FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator};
@@ -154,9 +156,19 @@ impl Scene {
 
 /// A watcher with no narration trigger on a 1 fps camera keeping `window_secs`.
 fn watcher(generator: &Generator, window_secs: u64) -> (CameraWatch, Arc<CameraMemory>) {
+    watcher_with(generator, window_secs, CacheConfig::default())
+}
+
+/// [`watcher`] with a cache policy and budget.
+fn watcher_with(
+    generator: &Generator,
+    window_secs: u64,
+    cache: CacheConfig,
+) -> (CameraWatch, Arc<CameraMemory>) {
     let mut cam = CameraConfig::new("cam", SourceUri::parse("test://ball").unwrap());
     cam.window = Duration::from_secs(window_secs);
     cam.sample_fps = 1.0;
+    cam.cache = cache;
     cam.narrate = NarrateConfig {
         triggers: NarrateTriggers::default(),
         ..NarrateConfig::default()
@@ -541,10 +553,83 @@ fn summary(since: SystemTime) {
     }
 }
 
+/// Cache policies on the same frames: the step per new frame (mean and worst of `STEPS` frames
+/// after the window is full), rebuilds, evictions and positions, for the 60-s window, the 600-s
+/// window as it is, and the 600-s window held to the 60-s window's positions by each policy.
+/// Plain timing (each step is milliseconds; a rebuild is the tail): the same inputs in one run.
+fn policies(g: &Generator) {
+    const STEPS: usize = 300;
+    let dev = common::device();
+    eprintln!(
+        "\ncache policies (tiny model, {dev}, {STEPS} steps after the window is full, same frames):"
+    );
+    eprintln!(
+        "  {:<34} {:>9} {:>9} {:>8} {:>9} {:>10} {:>10}",
+        "camera", "mean", "worst", "rebuilds", "evicted", "positions", "KV bytes"
+    );
+    let mut base = None;
+    let mut budget = 0;
+    for (label, window, policy, bounded) in [
+        ("window 60 s", 60u64, CachePolicy::Window, false),
+        ("window 600 s", 600, CachePolicy::Window, false),
+        (
+            "window 600 s, budget of 60 s",
+            600,
+            CachePolicy::Window,
+            true,
+        ),
+        (
+            "sink_recent 600 s, budget of 60 s",
+            600,
+            CachePolicy::SinkRecent,
+            true,
+        ),
+    ] {
+        let cache = CacheConfig {
+            policy,
+            budget: bounded.then_some(budget as u32),
+        };
+        let (mut w, memory) = watcher_with(g, window, cache);
+        let mut scene = Scene::new();
+        w.step(&scene.take(window as usize));
+        let (r0, mut times, mut most) = (rebuilds(&memory), Vec::with_capacity(STEPS), 0);
+        for f in scene.take(STEPS) {
+            let t = Instant::now();
+            w.step(&[f]);
+            times.push(t.elapsed());
+            most = most.max(w.live().map_or(0, |l| l.cache().len()));
+        }
+        let live = w.live().expect("a live cache");
+        if window == 60 {
+            // The 60-s window's most positions (with its slack of stale frames) is the bound.
+            budget = most;
+        }
+        let mean = times.iter().sum::<Duration>() / STEPS as u32;
+        let worst = times.iter().max().copied().unwrap_or_default();
+        let base_mean = *base.get_or_insert(mean);
+        eprintln!(
+            "  {label:<34} {:>7.2}ms {:>7.1}ms {:>8} {:>9} {:>10} {:>10}   step {:.2}x of 60 s",
+            mean.as_secs_f64() * 1e3,
+            worst.as_secs_f64() * 1e3,
+            rebuilds(&memory) - r0,
+            live.evictions().frames,
+            most,
+            live.cache().bytes(),
+            mean.as_secs_f64() / base_mean.as_secs_f64()
+        );
+    }
+}
+
 fn main() {
     let since = SystemTime::now();
+    if std::env::args().any(|a| a == "--policies") {
+        // Only the policy table: `cargo bench --bench watch -- --policies`.
+        policies(&generator());
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();
     summary(since);
+    policies(&generator());
 }

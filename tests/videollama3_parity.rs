@@ -503,6 +503,7 @@ fn the_live_cache_frame_by_frame_then_a_fork_matches_one_shot_generate() {
                 budget: 8192,
                 slack: 0.25,
                 window_frames: case.frames,
+                policy: Default::default(),
             },
         )
         .expect("live cache");

@@ -107,6 +107,7 @@ fn live_options(budget: usize, window_frames: usize) -> edgevlm::memory::LiveOpt
         budget,
         slack: 0.25,
         window_frames,
+        policy: Default::default(),
     }
 }
 
@@ -864,5 +865,155 @@ fn a_conversation_is_forgotten_once_its_ttl_has_passed_on_the_services_clock() {
         ask(),
         1,
         "a follow-up after the TTL starts a new conversation"
+    );
+}
+
+#[test]
+fn turning_cached_keys_by_rope_moves_them_to_other_positions_exactly() {
+    // RoPE attention depends only on relative positions: a cache of positions 0..n whose keys are
+    // turned by +37 must give, at position n + 37, the logits the original gives at n. Eviction
+    // under `sink_recent` renumbers kept positions this way instead of recomputing them.
+    let generator = engine_common::generator();
+    let engines = generator.engines();
+    let decoder = engines.decoder();
+    let rope = decoder.rope().expect("the tiny manifest gives rope_theta");
+    let hidden = decoder.hidden();
+    let mut scene = Scene::new();
+    let frames = encode(&generator, &scene.moving(0, 3));
+    let (full, rows) = full_stream(&frames);
+    let empty = generator.empty_cache().unwrap();
+    let p = generator
+        .prefill(&empty, &full.prompt(&rows, hidden).unwrap())
+        .unwrap();
+    let n = p.cache.len();
+    let next = engines.embedder().embed(&[7]).unwrap();
+    let at = |past: &edgevlm::engine::PastKv, pos: i64| {
+        decoder
+            .forward(past, &next, &[pos], edgevlm::engine::LogitRows::Last)
+            .unwrap()
+            .logits
+    };
+    let want = at(p.cache.past(), n as i64);
+    let turned = p.cache.past().select(&[(0..n, 37)], rope).unwrap();
+    assert_eq!(turned.len(), n);
+    let diff = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    let moved = diff(&want, &at(&turned, n as i64 + 37));
+    assert!(moved < 1e-3, "turned keys give logits {moved} away");
+    // The control: the same turned keys read from the old position are not the same cache.
+    let wrong = diff(&want, &at(&turned, n as i64));
+    assert!(
+        wrong > 100.0 * moved.max(1e-5),
+        "turning changed nothing ({wrong} vs {moved})"
+    );
+    // Evicting nothing keeps every position and the next position.
+    let same = p.cache.evict(&[], rope).unwrap();
+    assert_eq!((same.len(), same.next_position()), (n, n as i64));
+    assert!(diff(&want, &at(same.past(), n as i64)) == 0.0);
+}
+
+#[test]
+fn sink_recent_keeps_the_system_turn_and_the_newest_frames_within_its_budget_without_rebuilding() {
+    let generator = engine_common::generator();
+    let hidden = generator.engines().decoder().hidden();
+    let mut opts = live_options(400, 600);
+    opts.policy = edgevlm::config::CachePolicy::SinkRecent;
+    let mut live = LiveCache::new(&generator, opts).unwrap();
+    let prefix = live.cache().len();
+    assert_eq!(live.prefix_positions(), prefix);
+    let mut scene = Scene::new();
+    let mut memory = edgevlm::memory::Memory::new(Duration::from_secs(600), 601);
+    let mut most = 0;
+    for t in 0..40u64 {
+        let f = encode(
+            &generator,
+            &[scene.frame(t as f64, &[(((t * 56) % 280) as usize, 0, 150)])],
+        );
+        memory.push(f[0].clone());
+        let snapshot: Vec<_> = memory.frames().iter().cloned().collect();
+        assert_eq!(
+            live.append(&generator, &snapshot, &f).unwrap(),
+            None,
+            "rebuilt at t={t}"
+        );
+        most = most.max(live.cache().len());
+        // Positions stay contiguous: the next one is the cache's length.
+        assert_eq!(live.cache().next_position(), live.cache().len() as i64);
+    }
+    assert!(
+        most <= 400,
+        "cache reached {most} positions over a budget of 400"
+    );
+    let e = live.evictions();
+    assert!(e.count > 0 && e.frames > 0, "nothing was evicted: {e:?}");
+    assert_eq!(live.rebuilds().0, 0);
+    // What is kept: the system turn and exactly the newest frames, as many positions as a fresh
+    // stream of those frames has.
+    let view = live.view();
+    let kept = &memory.frames().iter().cloned().collect::<Vec<_>>()[40 - live.frames()..];
+    assert_eq!(view.span.unwrap().0, kept[0].pts);
+    assert_eq!(view.span.unwrap().1, Duration::from_secs(39));
+    assert_eq!(e.frames as usize + live.frames(), 40);
+    let (full, rows) = full_stream(kept);
+    let fresh = generator
+        .prefill(
+            &generator.empty_cache().unwrap(),
+            &full.prompt(&rows, hidden).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(fresh.cache.len(), live.cache().len());
+    // A question on the evicted cache is answered.
+    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    assert!(!greedy(&generator, live.cache(), &ask.prompt(&[], hidden).unwrap()).is_empty());
+}
+
+#[test]
+fn a_camera_under_sink_recent_never_rebuilds_after_its_first_build_and_reports_its_evictions() {
+    let generator = engine_common::generator();
+    let mut cam = camera(20, quiet());
+    cam.cache = edgevlm::config::CacheConfig {
+        policy: edgevlm::config::CachePolicy::SinkRecent,
+        budget: Some(400),
+    };
+    let memory = Arc::new(CameraMemory::new(
+        "cam",
+        cam.window,
+        cam.window_frames() + 1,
+    ));
+    let mut w = CameraWatch::new(
+        generator.clone(),
+        memory.clone(),
+        WatchOptions {
+            camera: cam,
+            system: Some(SYSTEM.into()),
+            // The model's whole context: the camera's own budget is the bound.
+            budget: 3000,
+            slack: 0.25,
+            poll: Duration::from_millis(50),
+        },
+        Outputs::new(None),
+    );
+    let mut scene = Scene::new();
+    for t in 0..60 {
+        let f = scene.frame(t as f64, &[(((t * 56) % 280) as usize, 0, 150)]);
+        w.step(&[f]);
+        let live = w.live().unwrap();
+        assert!(
+            live.cache().len() <= 400,
+            "cache {} at t={t}",
+            live.cache().len()
+        );
+    }
+    let report = memory.report();
+    assert_eq!(report.rebuilds, 1, "only the first build");
+    assert!(report.evicted_frames > 0);
+    assert!(
+        report.line().contains("frames evicted"),
+        "{}",
+        report.line()
     );
 }

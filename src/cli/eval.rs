@@ -1,7 +1,7 @@
 //! `edgevlm eval`: a question set over clips through the runtime, under Apollo's three conditions.
 
 use crate::tokio_runtime;
-use edgevlm::config::PruneMode;
+use edgevlm::config::{CacheConfig, CachePolicy, MIN_CACHE_BUDGET, PruneMode};
 use edgevlm::eval::{Condition, EvalOptions, QuestionSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +22,12 @@ pub(crate) struct EvalArgs {
     /// Each clip camera's window in seconds.
     #[arg(long, default_value_t = 60.0)]
     window_secs: f64,
+    /// Live-cache policy of the clip cameras: window or sink_recent.
+    #[arg(long, default_value = "window")]
+    cache_policy: String,
+    /// Live-cache budget of the clip cameras in positions (default: the model's context less the reserve).
+    #[arg(long)]
+    cache_budget: Option<u32>,
     /// Sampling rate of the clip cameras.
     #[arg(long, default_value_t = 1.0)]
     sample_fps: f64,
@@ -73,6 +79,20 @@ pub(crate) fn eval(args: EvalArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let policy = match args.cache_policy.as_str() {
+        "window" => CachePolicy::Window,
+        "sink_recent" => CachePolicy::SinkRecent,
+        other => {
+            eprintln!("edgevlm eval: --cache-policy `{other}`: expected window or sink_recent");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(b) = args.cache_budget.filter(|&b| b < MIN_CACHE_BUDGET) {
+        eprintln!(
+            "edgevlm eval: --cache-budget {b}: expected at least {MIN_CACHE_BUDGET} positions"
+        );
+        return ExitCode::from(2);
+    }
     let set = match QuestionSet::load(&args.clips, &args.questions) {
         Ok(s) => s,
         Err(e) => {
@@ -84,6 +104,10 @@ pub(crate) fn eval(args: EvalArgs) -> ExitCode {
         model_dir: args.model,
         sample_fps: args.sample_fps,
         window_secs: args.window_secs,
+        cache: CacheConfig {
+            policy,
+            budget: args.cache_budget,
+        },
         prune,
         conditions,
         parallel: args.parallel.max(1),

@@ -25,7 +25,10 @@ pub use pipeline::Template;
 pub use prune::{ParsePruneModeError, PruneMode, PruneParams};
 pub use snapshots::{SNAPSHOT_MAX_WIDTH, SNAPSHOT_MIN_WIDTH, SnapshotConfig};
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
-pub use watch::{MemoryConfig, NarrateConfig, NarrateTriggers, QueryConfig};
+pub use watch::{
+    CacheConfig, CachePolicy, MIN_CACHE_BUDGET, MemoryConfig, NarrateConfig, NarrateTriggers,
+    QueryConfig,
+};
 
 use decode::{Fields, Sink};
 use std::path::{Path, PathBuf};
@@ -186,6 +189,8 @@ pub struct CameraConfig {
     pub prune: PruneParams,
     /// When the camera speaks.
     pub narrate: NarrateConfig,
+    /// How its live KV cache stays within its budget.
+    pub cache: CacheConfig,
 }
 
 impl CameraConfig {
@@ -210,6 +215,7 @@ impl CameraConfig {
             credentials: None,
             prune: PruneParams::default(),
             narrate: NarrateConfig::default(),
+            cache: CacheConfig::default(),
         }
     }
 
@@ -357,6 +363,7 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     let cameras = decode_cameras(&mut top, base_dir, &vision, sink);
     top.finish(sink);
     check_unique_ids(&cameras, sink);
+    check_cache_budgets(&cameras, sink);
 
     Config {
         runtime,
@@ -501,6 +508,27 @@ fn decode_cameras(
     cameras
 }
 
+/// Reports every camera whose `cache_budget` cannot hold one whole frame of its fixed geometry and
+/// a system turn (a first frame is kept whole); a camera that follows its source is checked when
+/// its first frame arrives (the live cache logs it).
+fn check_cache_budgets(cameras: &[CameraConfig], sink: &mut Sink) {
+    for (i, cam) in cameras.iter().enumerate() {
+        if let (Some(budget), Some((w, h))) = (cam.cache.budget, cam.size) {
+            let frame = (w / 28) * (h / 28);
+            if budget < frame + MIN_CACHE_BUDGET {
+                sink.error(
+                    format!("cameras[{i}].cache_budget"),
+                    format!(
+                        "{budget} positions cannot hold one {w}x{h} frame ({frame} visual tokens) \
+                         and the prompt around it: give at least {}",
+                        frame + MIN_CACHE_BUDGET
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Reports every camera whose id an earlier camera already has.
 fn check_unique_ids(cameras: &[CameraConfig], sink: &mut Sink) {
     for (i, cam) in cameras.iter().enumerate() {
@@ -533,6 +561,7 @@ fn decode_camera(
     let credentials = decode_camera_credentials(&mut f, source.uri.as_ref(), base_dir, sink);
     let prune = decode_prune(&mut f, size, sink);
     let narrate = watch::decode_narrate(&mut f, sink);
+    let cache = watch::decode_cache(&mut f, sink);
     f.finish(sink);
 
     let uri = source.uri?;
@@ -555,6 +584,7 @@ fn decode_camera(
         credentials,
         prune,
         narrate,
+        cache,
     })
 }
 

@@ -96,6 +96,66 @@ impl Default for MemoryConfig {
     }
 }
 
+/// How a camera's live KV cache stays within its position budget (`cache_policy`;
+/// docs/ARCHITECTURE.md, "Cache policies").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Frames that left the window or no longer fit stay until they amount to
+    /// `memory.rebuild_slack`; then the cache is rebuilt from memory in one prefill.
+    #[default]
+    Window,
+    /// The system turn stays (the attention sinks); the oldest frame items are evicted from the
+    /// cache itself, the kept positions renumbered by rotary (never recomputed).
+    SinkRecent,
+}
+
+impl CachePolicy {
+    /// The name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePolicy::Window => "window",
+            CachePolicy::SinkRecent => "sink_recent",
+        }
+    }
+}
+
+/// A camera's live cache (`cache_policy`, `cache_budget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheConfig {
+    /// How the cache stays within its budget.
+    pub policy: CachePolicy,
+    /// Most positions the camera's cache may hold; `None`: the model's context less
+    /// `memory.reserve_tokens` (the most it can be), and never more than that.
+    pub budget: Option<u32>,
+}
+
+/// Fewest positions a `cache_budget` may give (a system turn and one small frame); whether one
+/// frame of the camera fits is checked when the model is loaded.
+pub const MIN_CACHE_BUDGET: u32 = 64;
+
+/// Decodes a camera's cache keys.
+pub(super) fn decode_cache(f: &mut Fields<'_>, sink: &mut Sink) -> CacheConfig {
+    let policy = f.choice(
+        "cache_policy",
+        &[
+            ("window", CachePolicy::Window),
+            ("sink_recent", CachePolicy::SinkRecent),
+        ],
+        CachePolicy::Window,
+        sink,
+    );
+    let budget: Option<u32> = f.opt("cache_budget", sink);
+    if let Some(b) = budget
+        && b < MIN_CACHE_BUDGET
+    {
+        sink.error(
+            f.path_of("cache_budget"),
+            format!("must be at least {MIN_CACHE_BUDGET} positions, got {b}"),
+        );
+    }
+    CacheConfig { policy, budget }
+}
+
 /// `[query]`: questions over recent footage.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueryConfig {
@@ -309,7 +369,7 @@ pub(super) fn decode_query(t: &toml::Table, sink: &mut Sink) -> QueryConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, errors};
+    use crate::config::{CacheConfig, CachePolicy, Config, errors};
     use std::time::Duration;
 
     const CAM: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
@@ -351,5 +411,47 @@ mod tests {
                 "missing {e:?} in {errs:#?}"
             );
         }
+    }
+
+    #[test]
+    fn a_camera_chooses_its_cache_policy_and_budget() {
+        let c = Config::parse(CAM, None).unwrap();
+        assert_eq!(c.cameras[0].cache, CacheConfig::default());
+        let c = Config::parse(
+            &format!("{CAM}cache_policy = \"sink_recent\"\ncache_budget = 2000\n"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.cameras[0].cache,
+            CacheConfig {
+                policy: CachePolicy::SinkRecent,
+                budget: Some(2000)
+            }
+        );
+    }
+
+    #[test]
+    fn cache_problems_are_reported_with_their_paths() {
+        let errs = errors(&format!(
+            "{CAM}cache_policy = \"lru\"\ncache_budget = 10\n\
+             [[cameras]]\nid = \"b\"\nuri = \"test://ball\"\nwidth = 448\nheight = 252\ncache_budget = 100\n"
+        ));
+        for e in [
+            "cameras[0].cache_policy: ",
+            "cameras[0].cache_budget: must be at least 64 positions, got 10",
+            "cameras[1].cache_budget: 100 positions cannot hold one 448x252 frame (144 visual tokens) \
+             and the prompt around it: give at least 208",
+        ] {
+            assert!(
+                errs.iter().any(|x| x.starts_with(e)),
+                "missing {e:?} in {errs:#?}"
+            );
+        }
+        assert!(
+            errs.iter()
+                .any(|x| x.contains("lru") && x.contains("sink_recent")),
+            "{errs:#?}"
+        );
     }
 }

@@ -37,7 +37,7 @@ pub use stats::{EngineStats, EngineStatsSnapshot};
 pub use tensorrt::{
     Profile, cache_dir as tensorrt_cache_dir, decoder_profile, embed_profile, vision_profile,
 };
-pub use text::{Decoder, DecoderOutput, Embedder, LogitRows, PastKv};
+pub use text::{Decoder, DecoderOutput, Embedder, LogitRows, PastKv, Rope};
 pub use tokenizer::{SpecialText, Tokenizer};
 pub use vision::{VisionEncoder, VisualTokens};
 pub use warm::{BuildReport, build_engines, warm_up};

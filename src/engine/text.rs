@@ -150,6 +150,125 @@ impl PastKv {
     }
 }
 
+/// The decoder's rotary positions as HF's default RoPE applies them (`rotate_half` layout: the
+/// pair `(i, i + head_dim / 2)` of a key turns by `position * inv_freq[i]`, `inv_freq[i] =
+/// theta^(-2i / head_dim)`, the whole head rotated). The cache holds keys after rotation, so a
+/// key can be moved to another position by turning it by the difference: what lets an eviction
+/// policy renumber the kept positions without recomputing them (docs/ARCHITECTURE.md, "Cache
+/// policies").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    inv_freq: Vec<f64>,
+}
+
+impl Rope {
+    /// The default RoPE of `theta` over heads of `head_dim` (even).
+    pub fn new(theta: f64, head_dim: usize) -> Rope {
+        let half = head_dim / 2;
+        Rope {
+            inv_freq: (0..half)
+                .map(|i| theta.powf(-(2.0 * i as f64) / head_dim as f64))
+                .collect(),
+        }
+    }
+
+    /// `(cos, sin)` of each pair's angle for a move of `shift` positions.
+    fn turn(&self, shift: i64) -> Vec<(f32, f32)> {
+        self.inv_freq
+            .iter()
+            .map(|f| {
+                let (s, c) = (shift as f64 * f).sin_cos();
+                (c as f32, s as f32)
+            })
+            .collect()
+    }
+}
+
+impl PastKv {
+    /// A cache of only the positions in `keep` (ascending, disjoint ranges, in that order), the
+    /// keys of each range moved by its shift in positions (`-3`: three positions earlier); values
+    /// are copied as they are. Needs the tensors in host memory (the CPU provider); a cache in
+    /// device memory is refused, and the caller rebuilds instead.
+    pub fn select(
+        &self,
+        keep: &[(std::ops::Range<usize>, i64)],
+        rope: &Rope,
+    ) -> Result<PastKv, EngineError> {
+        let mut last = 0;
+        for (r, _) in keep {
+            if r.start < last || r.end < r.start || r.end > self.len {
+                return Err(EngineError::input(
+                    DECODER,
+                    format!(
+                        "positions {r:?} to keep are not ascending within the cache's {}",
+                        self.len
+                    ),
+                ));
+            }
+            last = r.end;
+        }
+        let len: usize = keep.iter().map(|(r, _)| r.len()).sum();
+        let turns: Vec<Vec<(f32, f32)>> = keep.iter().map(|&(_, shift)| rope.turn(shift)).collect();
+        let run = |e: ort::Error| EngineError::run(DECODER, e);
+        let mut values = Vec::with_capacity(self.values.len());
+        for (j, value) in self.values.iter().enumerate() {
+            let (shape, data) = value.try_extract_tensor::<f32>().map_err(run)?;
+            let (heads, cached, dim) = match **shape {
+                [1, h, l, d] if l as usize == self.len => (h as usize, l as usize, d as usize),
+                _ => {
+                    return Err(EngineError::run(
+                        DECODER,
+                        format!(
+                            "a cache tensor has shape {shape}, expected [1, heads, {}, dim]",
+                            self.len
+                        ),
+                    ));
+                }
+            };
+            let key = j % 2 == 0;
+            if key && dim != 2 * rope.inv_freq.len() {
+                return Err(EngineError::input(
+                    DECODER,
+                    format!(
+                        "keys of width {dim} for rotary pairs of {}",
+                        rope.inv_freq.len()
+                    ),
+                ));
+            }
+            let half = dim / 2;
+            let mut out = Vec::with_capacity(heads * len * dim);
+            for h in 0..heads {
+                for ((r, shift), turn) in keep.iter().zip(&turns) {
+                    let rows = &data[(h * cached + r.start) * dim..(h * cached + r.end) * dim];
+                    if !key || *shift == 0 {
+                        out.extend_from_slice(rows);
+                        continue;
+                    }
+                    for row in rows.chunks_exact(dim) {
+                        let at = out.len();
+                        out.extend_from_slice(row);
+                        for (i, &(c, s)) in turn.iter().enumerate() {
+                            let (x1, x2) = (row[i], row[i + half]);
+                            out[at + i] = x1 * c - x2 * s;
+                            out[at + i + half] = x2 * c + x1 * s;
+                        }
+                    }
+                }
+            }
+            values.push(
+                Tensor::<f32>::from_array(([1, heads, len, dim], out))
+                    .map(Tensor::upcast)
+                    .map_err(run)?,
+            );
+        }
+        Ok(PastKv {
+            values,
+            len,
+            bytes_per_position: self.bytes_per_position,
+        })
+    }
+}
+
 struct DecoderState {
     session: Session,
     binding: IoBinding,
@@ -172,6 +291,7 @@ pub struct Decoder {
     cache_memory: MemoryInfo<'static>,
     host_memory: MemoryInfo<'static>,
     bytes_per_position: usize,
+    rope: Option<Rope>,
     stats: Arc<EngineStats>,
 }
 
@@ -243,8 +363,17 @@ impl Decoder {
             cache_memory: provider::device_memory(provider, device_id).map_err(memory_error)?,
             host_memory: provider::host_memory().map_err(memory_error)?,
             bytes_per_position: m.kv_bytes_per_position(),
+            rope: t
+                .rope_theta
+                .map(|theta| Rope::new(theta, t.head_dim as usize)),
             stats,
         })
+    }
+
+    /// The decoder's rotary positions (`None`: the manifest gives no `rope_theta`, so cached
+    /// positions cannot be renumbered).
+    pub fn rope(&self) -> Option<&Rope> {
+        self.rope.as_ref()
     }
 
     /// Logits width.

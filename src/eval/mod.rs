@@ -205,6 +205,8 @@ pub struct EvalOptions {
     pub sample_fps: f64,
     /// Each clip camera's window.
     pub window_secs: f64,
+    /// Each clip camera's live-cache policy and budget.
+    pub cache: crate::config::CacheConfig,
     /// DiffFP mode of the video condition.
     pub prune: PruneMode,
     /// Conditions to score.
@@ -285,6 +287,12 @@ pub struct EvalReport {
     pub prune: String,
     /// Window in seconds.
     pub window_secs: f64,
+    /// Live-cache policy (`window`, `sink_recent`).
+    pub cache_policy: String,
+    /// Live-cache budget in positions (`None`: the model's context less the reserve).
+    pub cache_budget: Option<u32>,
+    /// Positions of the largest clip camera's live cache at the end of its clip (video condition).
+    pub cache_positions_max: u64,
     /// Clips evaluated.
     pub clips: usize,
     /// Clips skipped (not decodable, no frame).
@@ -320,13 +328,18 @@ impl EvalReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} clips ({} skipped), {} frames, prune {} (kept {:.1}% of visual tokens), window {} s",
+            "{} clips ({} skipped), {} frames, prune {} (kept {:.1}% of visual tokens), window {} s, \
+             cache {}{} (largest {} positions)",
             self.clips,
             self.skipped.len(),
             self.frames,
             self.prune,
             self.kept_ratio * 100.0,
-            self.window_secs
+            self.window_secs,
+            self.cache_policy,
+            self.cache_budget
+                .map_or(String::new(), |b| format!(" budget {b}")),
+            self.cache_positions_max
         );
         let _ = write!(out, "{:<12}", "kind");
         for c in &conditions {
@@ -378,8 +391,13 @@ fn camera_block(id: &str, file: &Path, opts: &EvalOptions, prune: PruneMode) -> 
     format!(
         "[[cameras]]\nid = \"{id}\"\nuri = {uri}\nsample_fps = {}\nwindow_secs = {}\n\
          prune_mode = \"{prune}\"\nnarrate = []\nretry_initial_secs = 3600\nretry_max_secs = 3600\n\
-         connect_timeout_secs = 120\nstall_secs = 120\n",
-        opts.sample_fps, opts.window_secs
+         connect_timeout_secs = 120\nstall_secs = 120\ncache_policy = \"{}\"\n{}",
+        opts.sample_fps,
+        opts.window_secs,
+        opts.cache.policy.name(),
+        opts.cache
+            .budget
+            .map_or(String::new(), |b| format!("cache_budget = {b}\n"))
     )
 }
 
@@ -444,6 +462,9 @@ pub async fn run(set: &QuestionSet, opts: &EvalOptions) -> Result<EvalReport, St
         model: opts.model_dir.display().to_string(),
         prune: opts.prune.to_string(),
         window_secs: opts.window_secs,
+        cache_policy: opts.cache.policy.name().to_string(),
+        cache_budget: opts.cache.budget,
+        cache_positions_max: 0,
         clips: 0,
         skipped: Vec::new(),
         kept_ratio: 0.0,
@@ -480,6 +501,9 @@ pub async fn run(set: &QuestionSet, opts: &EvalOptions) -> Result<EvalReport, St
             kept += c.counters.tokens_kept;
             total += c.counters.tokens_total;
             report.frames += c.counters.sampled;
+            if let Some(m) = &c.memory {
+                report.cache_positions_max = report.cache_positions_max.max(m.cache_positions);
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&state);

@@ -68,6 +68,44 @@ impl KvCache {
         self.clone()
     }
 
+    /// The cache without the positions in `drop` (ascending, disjoint ranges): the positions
+    /// after each dropped range move down by the positions dropped before them, their keys turned
+    /// back by `rope` so the cache is what it would be had they been computed at their new
+    /// positions over the same context (exact up to float rounding: RoPE attention depends only on
+    /// relative positions); the next position is lowered by the positions dropped. Nothing is
+    /// recomputed. Cache tensors in device memory are refused ([`PastKv::select`]).
+    pub fn evict(
+        &self,
+        drop: &[std::ops::Range<usize>],
+        rope: &crate::engine::Rope,
+    ) -> Result<KvCache, crate::engine::EngineError> {
+        let mut keep = Vec::with_capacity(drop.len() + 1);
+        let (mut at, mut dropped) = (0usize, 0usize);
+        for r in drop {
+            if r.start < at || r.end > self.len() {
+                return Err(crate::engine::EngineError::input(
+                    "decoder",
+                    format!(
+                        "positions {r:?} to evict are not ascending within the cache's {}",
+                        self.len()
+                    ),
+                ));
+            }
+            if r.start > at {
+                keep.push((at..r.start, -(dropped as i64)));
+            }
+            dropped += r.len();
+            at = r.end;
+        }
+        if at < self.len() {
+            keep.push((at..self.len(), -(dropped as i64)));
+        }
+        Ok(KvCache {
+            kv: Arc::new(self.kv.select(&keep, rope)?),
+            next_position: self.next_position - dropped as i64,
+        })
+    }
+
     /// Whether both are backed by the very same tensors (no copy was made).
     pub fn shares_storage_with(&self, other: &KvCache) -> bool {
         Arc::ptr_eq(&self.kv, &other.kv) || self.kv.same_tensors(&other.kv)

@@ -8,8 +8,15 @@
 //! When either limit is crossed, the cache is rebuilt from memory in one prefill, keeping only as
 //! many of the newest frames as fit in `(1 - rebuild_slack)` of the budget, so the next rebuild is
 //! at least a slack's worth of frames away.
+//!
+//! Under `cache_policy = "sink_recent"` the cache is never rebuilt after it is first built: the
+//! system turn stays (the attention sinks of StreamingLLM/StreamingVLM), and the same two limits
+//! evict the oldest frame items from the cache itself, the positions after them renumbered down
+//! by turning their keys back (RoPE: [`crate::engine::Rope`]), so the positions stay contiguous
+//! and below the budget whatever the stream's length, and nothing is recomputed.
 
 use super::MemoryFrame;
+use crate::config::CachePolicy;
 use crate::generate::render::{self, Rendered};
 use crate::generate::{GenerateError, Generator, KvCache};
 use std::collections::VecDeque;
@@ -34,6 +41,8 @@ struct Covered {
     pts: Duration,
     wall: SystemTime,
     visual: usize,
+    /// Positions of its streaming item (template text and kept tokens).
+    positions: usize,
 }
 
 /// A read-only view of the live cache, as published after each update (cheap to clone: the
@@ -67,6 +76,8 @@ pub struct LiveOptions {
     pub slack: f64,
     /// Frames the camera's window holds.
     pub window_frames: usize,
+    /// How the cache stays within the budget.
+    pub policy: CachePolicy,
 }
 
 /// A camera's live cache and its bookkeeping.
@@ -82,6 +93,21 @@ pub struct LiveCache {
     template: usize,
     rebuilds: u64,
     last_rebuild: Option<(RebuildReason, Duration)>,
+    evictions: Evictions,
+    told_too_small: bool,
+}
+
+/// Frame items evicted from the cache in place (`sink_recent`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evictions {
+    /// Evictions so far.
+    pub count: u64,
+    /// Frames evicted so far.
+    pub frames: u64,
+    /// Positions evicted so far.
+    pub positions: u64,
+    /// How long the last one took (the copy of the kept positions).
+    pub last: Option<Duration>,
 }
 
 /// The system turn of a stream, as a cache (and the logits after it, if it has positions).
@@ -162,19 +188,28 @@ impl StreamPrompt {
     }
 }
 
-/// Appends `frames` as streaming items to `cache` in one prefill; returns the longer cache and
-/// the logits after it.
+/// Appends `frames` as streaming items to `cache` in one prefill; returns the longer cache, the
+/// logits after it and the positions of each frame's item.
 pub(crate) fn append_frames(
     generator: &Generator,
     cache: &KvCache,
     frames: &[Arc<MemoryFrame>],
-) -> Result<(KvCache, Vec<f32>), GenerateError> {
-    let sp = StreamPrompt {
-        frames: frames.to_vec(),
-        ..StreamPrompt::default()
-    };
-    let p = generator.prefill(cache, &sp.prompt(generator)?)?;
-    Ok((p.cache, p.logits))
+) -> Result<(KvCache, Vec<f32>, Vec<usize>), GenerateError> {
+    // Each item embedded on its own (text is tokenised piece by piece either way, so the ids are
+    // those of one prompt), to know where each item's positions are; one decoder prefill.
+    let mut embeds = Vec::new();
+    let mut lengths = Vec::with_capacity(frames.len());
+    for f in frames {
+        let sp = StreamPrompt {
+            frames: vec![f.clone()],
+            ..StreamPrompt::default()
+        };
+        let (e, n) = generator.embed_prompt(&sp.prompt(generator)?)?;
+        embeds.extend_from_slice(&e);
+        lengths.push(n);
+    }
+    let (cache, logits) = generator.prefill_embeds(cache, &embeds, lengths.iter().sum())?;
+    Ok((cache, logits, lengths))
 }
 
 impl LiveCache {
@@ -190,6 +225,8 @@ impl LiveCache {
             covered: VecDeque::new(),
             rebuilds: 0,
             last_rebuild: None,
+            evictions: Evictions::default(),
+            told_too_small: false,
         })
     }
 
@@ -221,7 +258,21 @@ impl LiveCache {
             .take_while(|c| oldest_kept.is_some_and(|o| c.seq < o))
             .count();
         let slack_frames = (self.opts.slack * self.opts.window_frames as f64).floor() as usize;
-        let reason = if self.cache.len() + new > self.opts.budget {
+        if self.opts.policy == CachePolicy::SinkRecent {
+            let over = self.cache.len() + new > self.opts.budget;
+            if (over || stale > slack_frames) && !self.evict(generator, stale, over, new) {
+                let reason = if over {
+                    RebuildReason::Budget
+                } else {
+                    RebuildReason::Slid
+                };
+                self.rebuild(generator, memory, reason)?;
+                return Ok(Some(reason));
+            }
+        }
+        let reason = if self.opts.policy == CachePolicy::SinkRecent {
+            None
+        } else if self.cache.len() + new > self.opts.budget {
             Some(RebuildReason::Budget)
         } else if stale > slack_frames {
             Some(RebuildReason::Slid)
@@ -233,18 +284,69 @@ impl LiveCache {
             self.rebuild(generator, memory, reason)?;
             return Ok(Some(reason));
         }
-        let (cache, logits) = append_frames(generator, &self.cache, &frames)?;
+        let (cache, logits, lengths) = append_frames(generator, &self.cache, &frames)?;
         self.cache = cache;
         self.logits = logits.into();
-        for f in &frames {
+        for (f, positions) in frames.iter().zip(lengths) {
             self.covered.push_back(Covered {
                 seq: f.seq,
                 pts: f.pts,
                 wall: f.wall,
                 visual: f.kept(),
+                positions,
             });
         }
         Ok(None)
+    }
+
+    /// `sink_recent`: evicts the `stale` oldest frames (they left the memory) and, when `over`
+    /// the budget, more of the oldest until `new` positions fit in `(1 - slack)` of it, from the
+    /// cache in place. `false`: it cannot be done in place (a cache in device memory, a model
+    /// without rotary settings, or not even the newest frames would fit), so the caller rebuilds.
+    fn evict(&mut self, generator: &Generator, stale: usize, over: bool, new: usize) -> bool {
+        let Some(rope) = generator.engines().decoder().rope() else {
+            return false;
+        };
+        let target = ((1.0 - self.opts.slack) * self.opts.budget as f64) as usize;
+        let mut n = stale.min(self.covered.len());
+        let mut len = self.cache.len()
+            - self
+                .covered
+                .iter()
+                .take(n)
+                .map(|c| c.positions)
+                .sum::<usize>();
+        if over {
+            while n < self.covered.len() && len + new > target {
+                len -= self.covered[n].positions;
+                n += 1;
+            }
+        }
+        if len + new > self.opts.budget {
+            return false;
+        }
+        if n == 0 {
+            return true;
+        }
+        let t0 = Instant::now();
+        let positions: usize = self.covered.iter().take(n).map(|c| c.positions).sum();
+        let dropped = self.prefix..self.prefix + positions;
+        match self.cache.evict(std::slice::from_ref(&dropped), rope) {
+            Ok(cache) => {
+                self.cache = cache;
+                self.covered.drain(..n);
+                let e = &mut self.evictions;
+                e.count += 1;
+                e.frames += n as u64;
+                e.positions += positions as u64;
+                e.last = Some(t0.elapsed());
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "Cannot evict from the live cache in place; rebuilding");
+                false
+            }
+        }
     }
 
     /// Rebuilds the cache from memory: the system turn and the newest frames that fit in
@@ -269,23 +371,38 @@ impl LiveCache {
             start -= 1;
         }
         let frames = &memory[start..];
+        if frames.is_empty()
+            && !self.told_too_small
+            && let Some(newest) = memory.last()
+        {
+            // Said once: every rebuild would say it again.
+            self.told_too_small = true;
+            tracing::warn!(
+                budget = self.opts.budget,
+                prefix = self.prefix,
+                frame = newest.kept() + template,
+                "The live cache's budget cannot hold the system turn and one frame: the model sees no footage (raise cache_budget, or lower memory.reserve_tokens)"
+            );
+        }
         let (prefix, prefix_logits) = prefix_cache(generator, self.opts.system.as_deref())?;
-        let (cache, logits) = if frames.is_empty() {
-            (prefix, prefix_logits)
+        self.prefix = prefix.len();
+        let (cache, logits, lengths) = if frames.is_empty() {
+            (prefix, prefix_logits, Vec::new())
         } else {
-            let (c, l) = append_frames(generator, &prefix, frames)?;
-            (c, l.into())
+            let (c, l, lengths) = append_frames(generator, &prefix, frames)?;
+            (c, l.into(), lengths)
         };
-        self.prefix = prefix_len(&cache, frames, template);
         self.cache = cache;
         self.logits = logits;
         self.covered = frames
             .iter()
-            .map(|f| Covered {
+            .zip(lengths)
+            .map(|(f, positions)| Covered {
                 seq: f.seq,
                 pts: f.pts,
                 wall: f.wall,
                 visual: f.kept(),
+                positions,
             })
             .collect();
         self.rebuilds += 1;
@@ -316,6 +433,16 @@ impl LiveCache {
     /// Rebuilds so far and the last one's reason and duration.
     pub fn rebuilds(&self) -> (u64, Option<(RebuildReason, Duration)>) {
         (self.rebuilds, self.last_rebuild)
+    }
+
+    /// Frame items evicted in place so far (`sink_recent`).
+    pub fn evictions(&self) -> Evictions {
+        self.evictions
+    }
+
+    /// Positions of the system turn (the part no policy evicts).
+    pub fn prefix_positions(&self) -> usize {
+        self.prefix
     }
 
     /// A shareable view of the current state.
@@ -362,10 +489,4 @@ pub(crate) fn template_positions(generator: &Generator) -> usize {
         }
     }
     ids.len()
-}
-
-/// Positions of the system turn: what the cache holds beyond its frame items.
-fn prefix_len(cache: &KvCache, frames: &[Arc<MemoryFrame>], template: usize) -> usize {
-    let items: usize = frames.iter().map(|f| f.kept() + template).sum();
-    cache.len().saturating_sub(items)
 }

@@ -17,7 +17,7 @@ mod encode;
 pub(crate) mod live;
 
 pub use encode::FrameEncoder;
-pub use live::{LiveCache, LiveOptions, LiveView, RebuildReason};
+pub use live::{Evictions, LiveCache, LiveOptions, LiveView, RebuildReason};
 
 use crate::base::Histogram;
 use std::collections::VecDeque;
@@ -188,6 +188,8 @@ pub struct WatchStats {
     pub errors: AtomicU64,
     /// Live cache rebuilds from memory.
     pub rebuilds: AtomicU64,
+    /// Frames evicted from the live cache in place (`cache_policy = "sink_recent"`).
+    pub evicted_frames: AtomicU64,
     /// Positions in the live cache.
     pub cache_positions: AtomicU64,
     /// Frames in the memory.
@@ -240,6 +242,9 @@ pub struct MemoryReport {
     pub cache_positions: u64,
     /// Live cache rebuilds from memory.
     pub rebuilds: u64,
+    /// Frames evicted from the live cache in place (`sink_recent`; absent in older reports).
+    #[serde(default)]
+    pub evicted_frames: u64,
     /// Frames run through the vision encoder.
     pub frames_encoded: u64,
     /// Frames that reused the previous frame's features.
@@ -264,13 +269,16 @@ impl MemoryReport {
     /// The memory part of a status line.
     pub fn line(&self) -> String {
         let mut line = format!(
-            "memory {} frames ({:.1} MiB), cache {} positions, {} rebuilds | narrations {}",
+            "memory {} frames ({:.1} MiB), cache {} positions, {} rebuilds",
             self.frames,
             self.bytes as f64 / (1u64 << 20) as f64,
             self.cache_positions,
             self.rebuilds,
-            self.narrations,
         );
+        if self.evicted_frames > 0 {
+            line.push_str(&format!(", {} frames evicted", self.evicted_frames));
+        }
+        line.push_str(&format!(" | narrations {}", self.narrations));
         if self.narrations_skipped > 0 {
             line.push_str(&format!(" ({} skipped: behind)", self.narrations_skipped));
         }
@@ -377,6 +385,7 @@ impl CameraMemory {
             bytes: bytes as u64,
             cache_positions: get(&s.cache_positions),
             rebuilds: get(&s.rebuilds),
+            evicted_frames: get(&s.evicted_frames),
             frames_encoded: get(&s.frames_encoded),
             frames_reused: get(&s.frames_reused),
             frames_missed: get(&s.frames_missed),

@@ -2,7 +2,7 @@
 //! in step with the supervisor (reloads included), and the question service on their memories.
 
 use crate::base::Clock;
-use crate::config::Config;
+use crate::config::{CachePolicy, Config};
 use crate::engine::{EngineOptions, Engines, Family};
 use crate::generate::Generator;
 use crate::memory::CameraMemory;
@@ -176,6 +176,23 @@ impl Watches {
             };
             if !cam.config.enabled {
                 continue;
+            }
+            let cache = cam.config.cache;
+            if cache.policy == CachePolicy::SinkRecent
+                && generator.engines().decoder().rope().is_none()
+            {
+                tracing::warn!(
+                    camera = %id,
+                    "cache_policy = \"sink_recent\" needs the model's rotary settings (manifest \
+                     text.rope_theta) to evict in place; this model gives none, so the cache is \
+                     rebuilt from memory instead"
+                );
+            }
+            if let Some(b) = cache.budget.filter(|&b| b as usize > self.budget) {
+                tracing::warn!(
+                    camera = %id, cache_budget = b, most = self.budget,
+                    "cache_budget is over what the model's context leaves after memory.reserve_tokens; the smaller is used"
+                );
             }
             let opts = WatchOptions {
                 camera: cam.config.clone(),

@@ -466,7 +466,7 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
         &'static str,
         fn(&WatchStats) -> &AtomicU64,
     );
-    let counters: [Counter; 13] = [
+    let counters: [Counter; 14] = [
         (
             "edgevlm_memory_frames_encoded_total",
             "counter",
@@ -496,6 +496,12 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
             "counter",
             "Live KV cache rebuilds from memory.",
             |s| &s.rebuilds,
+        ),
+        (
+            "edgevlm_memory_cache_evicted_frames_total",
+            "counter",
+            "Frames evicted from the live KV cache in place (cache_policy sink_recent).",
+            |s| &s.evicted_frames,
         ),
         (
             "edgevlm_memory_frames",

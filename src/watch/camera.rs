@@ -432,11 +432,15 @@ impl CameraWatch {
     fn extend(&mut self, frames: &[Arc<MemoryFrame>]) -> Result<bool, ()> {
         let generator = self.generator.clone();
         if self.live.is_none() {
+            let cache = self.opts.camera.cache;
             let opts = LiveOptions {
                 system: self.opts.system.clone(),
-                budget: self.opts.budget,
+                budget: cache
+                    .budget
+                    .map_or(self.opts.budget, |b| self.opts.budget.min(b as usize)),
                 slack: self.opts.slack,
                 window_frames: self.opts.camera.window_frames(),
+                policy: cache.policy,
             };
             let memory = self.memory.snapshot().frames;
             let built = LiveCache::new(&generator, opts).and_then(|mut l| {
@@ -459,6 +463,10 @@ impl CameraWatch {
         // A snapshot (pointers), so questions never wait on this prefill or a rebuild.
         let memory = self.memory.snapshot().frames;
         let result = live.append(&generator, &memory, frames);
+        self.memory.stats.evicted_frames.store(
+            live.evictions().frames,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         match result {
             Ok(rebuilt) => {
                 if let Some(reason) = rebuilt {
