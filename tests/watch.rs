@@ -284,7 +284,16 @@ fn watcher_with(
     budget: usize,
     outputs: Outputs,
 ) -> (CameraWatch, Arc<CameraMemory>, Outputs) {
-    let cam = camera(window_secs, narrate);
+    watcher_of(generator, camera(window_secs, narrate), budget, outputs)
+}
+
+/// A watcher of `cam` with the test's system turn and slack.
+fn watcher_of(
+    generator: &Generator,
+    cam: CameraConfig,
+    budget: usize,
+    outputs: Outputs,
+) -> (CameraWatch, Arc<CameraMemory>, Outputs) {
     let memory = Arc::new(CameraMemory::new(
         "cam",
         cam.window,
@@ -979,24 +988,8 @@ fn a_camera_under_sink_recent_never_rebuilds_after_its_first_build_and_reports_i
         policy: edgevlm::config::CachePolicy::SinkRecent,
         budget: Some(400),
     };
-    let memory = Arc::new(CameraMemory::new(
-        "cam",
-        cam.window,
-        cam.window_frames() + 1,
-    ));
-    let mut w = CameraWatch::new(
-        generator.clone(),
-        memory.clone(),
-        WatchOptions {
-            camera: cam,
-            system: Some(SYSTEM.into()),
-            // The model's whole context: the camera's own budget is the bound.
-            budget: 3000,
-            slack: 0.25,
-            poll: Duration::from_millis(50),
-        },
-        Outputs::new(None),
-    );
+    // The model's whole context (3000): the camera's own budget is the bound.
+    let (mut w, memory, _) = watcher_of(&generator, cam, 3000, Outputs::new(None));
     let mut scene = Scene::new();
     for t in 0..60 {
         let f = scene.frame(t as f64, &[(((t * 56) % 280) as usize, 0, 150)]);

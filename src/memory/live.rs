@@ -329,7 +329,7 @@ impl LiveCache {
             return true;
         }
         let t0 = Instant::now();
-        let positions: usize = self.covered.iter().take(n).map(|c| c.positions).sum();
+        let positions = self.cache.len() - len;
         let dropped = self.prefix..self.prefix + positions;
         match self.cache.evict(std::slice::from_ref(&dropped), rope) {
             Ok(cache) => {
