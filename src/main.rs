@@ -50,7 +50,11 @@ enum Command {
     /// Score a question set over clips through the runtime, with the video, its centre frame
     /// only and no frame (Apollo's conditions); prints a table, `--json` writes every answer.
     Eval(cli::eval::EvalArgs),
-    /// Check a configuration file: every problem is reported, one line each; exit 2 if any.
+    /// The memory plan of a configuration on its model: KV cache bytes per camera, questions,
+    /// conversations and weights against the device's memory; exit 2 if it cannot fit.
+    Plan(cli::plan::PlanArgs),
+    /// Check a configuration file: every problem is reported, one line each; exit 2 if any. When
+    /// the model directory can be read, the memory plan is checked too.
     Validate {
         /// Configuration file.
         file: PathBuf,
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
     init_logging(matches!(cli.command, Command::Eval(_)));
     match cli.command {
         Command::Validate { file } => validate(&file),
+        Command::Plan(args) => cli::plan::plan(args),
         Command::Ask(args) => cli::ask::ask(args),
         Command::Eval(args) => cli::eval::eval(args),
         Command::Prune(args) => prune(args),
@@ -436,7 +441,34 @@ fn load(path: &std::path::Path) -> Option<Config> {
 fn validate(path: &std::path::Path) -> ExitCode {
     match Config::load(path) {
         Ok(c) => {
+            // The memory plan, when the model can be read (a missing model is not this check's).
+            let plan = c.engine.enabled.then(|| {
+                edgevlm::memory::plan::Plan::for_config(&c, &c.engine.model_dir, None, None)
+            });
+            let problems = match &plan {
+                Some(Ok(p)) => p.problems(&c),
+                _ => Vec::new(),
+            };
+            if !problems.is_empty() {
+                for (key, why) in &problems {
+                    if key.is_empty() {
+                        eprintln!("{why}");
+                    } else {
+                        eprintln!("{key}: {why}");
+                    }
+                }
+                eprintln!("{}: {} problem(s)", path.display(), problems.len());
+                return ExitCode::from(2);
+            }
             println!("{}: valid: {}", path.display(), c.summary());
+            match plan {
+                Some(Ok(p)) => println!("{}", p.line()),
+                Some(Err(e)) => println!(
+                    "memory plan: not made ({}: {e})",
+                    c.engine.model_dir.display()
+                ),
+                None => {}
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {

@@ -61,7 +61,7 @@ password_file = "/nonexistent/pw"
 }
 
 #[test]
-fn validate_prints_a_one_line_summary_for_a_valid_file() {
+fn validate_prints_a_summary_and_the_memory_plan_for_a_valid_file() {
     let out = edgevlm()
         .args(["validate", "configs/edgevlm.toml"])
         .output()
@@ -72,10 +72,138 @@ fn validate_prints_a_one_line_summary_for_a_valid_file() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
     assert!(
-        stdout.contains("valid: 1 camera: demo (test://ball"),
+        lines[0].contains("valid: 1 camera: demo (test://ball"),
         "{stdout}"
+    );
+    // The memory plan of the demo's model, against this machine's memory.
+    assert!(
+        lines[1].starts_with("memory plan on cpu (videollama3): ")
+            && lines[1].contains("(MemTotal, "),
+        "{stdout}"
+    );
+}
+
+/// A configuration of `cameras` cameras at 336x196 with `window` seconds on the tiny model.
+fn planned_config(name: &str, extra: &str, cameras: usize, window: u32) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("edgevlm-plan-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+    let mut text = format!("[engine]\nmodel_dir = \"{}\"\n{extra}\n", tiny.display());
+    for i in 0..cameras {
+        text.push_str(&format!(
+            "[[cameras]]\nid = \"cam{i}\"\nuri = \"test://ball\"\nwidth = 336\nheight = 196\n\
+             window_secs = {window}\n"
+        ));
+        if i == 0 {
+            text.push_str("cache_policy = \"sink_recent\"\ncache_budget = 400\n");
+        }
+    }
+    let file = dir.join("edgevlm.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+#[test]
+fn plan_tells_each_cameras_kv_bytes_and_the_total_against_the_device() {
+    let file = planned_config("fits", "", 3, 30);
+    let out = edgevlm()
+        .args([
+            "plan",
+            "-c",
+            file.to_str().unwrap(),
+            "--json",
+            "--device-memory",
+            "4096",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bpp = plan["bytes_per_position"].as_u64().unwrap();
+    let cams = plan["cameras"].as_array().unwrap();
+    assert_eq!(cams.len(), 3);
+    let mut caches = 0;
+    for c in cams {
+        let n = |k: &str| c[k].as_u64().unwrap();
+        // 12 x 7 tokens per frame; the window's 30 frames, one at its edge and 25 % stale.
+        assert_eq!(n("frame_tokens"), 84);
+        assert_eq!(n("window_cache_frames"), 30 + 1 + 7);
+        assert_eq!(n("cache_positions"), n("window_positions").min(n("budget")));
+        assert_eq!(n("cache_bytes"), n("cache_positions") * bpp);
+        caches += n("cache_bytes") + n("narration_bytes");
+    }
+    assert_eq!(cams[0]["policy"], "sink_recent");
+    assert_eq!(cams[0]["cache_positions"], 400);
+    assert_eq!(cams[1]["policy"], "window");
+    let n = |k: &str| plan[k].as_u64().unwrap();
+    let shared = plan["questions"]["bytes"].as_u64().unwrap()
+        + plan["conversations"]["bytes"].as_u64().unwrap();
+    let features: u64 = cams
+        .iter()
+        .map(|c| c["features_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        n("total_bytes"),
+        n("weights_bytes") + caches + shared + features
+    );
+    assert!(n("weights_bytes") > 0);
+    assert_eq!(plan["device"]["bytes"], 4096u64 << 20);
+
+    // The table names every camera and says it fits.
+    let out = edgevlm()
+        .args([
+            "plan",
+            "-c",
+            file.to_str().unwrap(),
+            "--device-memory",
+            "4096",
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("cam0") && table.contains("cam2"), "{table}");
+    assert!(table.contains("(--device-memory): fits"), "{table}");
+}
+
+#[test]
+fn a_configuration_over_the_devices_memory_is_refused_by_plan_and_validate() {
+    // 16 cameras with an hour of footage each, on 64 MiB.
+    let file = planned_config("over", "device_memory_mib = 64", 16, 3600);
+    let out = edgevlm()
+        .args(["plan", "-c", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DOES NOT FIT"));
+    assert!(
+        stderr.contains("the plan needs")
+            && stderr.contains("but the device has 64.0 MiB (engine.device_memory_mib)"),
+        "{stderr}"
+    );
+    let out = edgevlm()
+        .args(["validate", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the plan needs"), "{stderr}");
+    assert!(stderr.trim_end().ends_with("1 problem(s)"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    // The same cameras on enough memory pass.
+    let file = planned_config("enough", "device_memory_mib = 65536", 16, 3600);
+    let out = edgevlm()
+        .args(["validate", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -101,6 +101,21 @@ async fn a_whole_runtime_starts_narrates_reloads_and_shuts_down_in_process() {
     assert!(n.frames >= 1 && n.generated_tokens >= 1, "{n:?}");
     rt.healthy().await.expect("healthy");
 
+    // The status carries the live cache's bytes and the memory plan's bound on them.
+    let cfg = config(&dir, &camera("a", "ball"));
+    let plan = edgevlm::memory::plan::Plan::for_config(&cfg, &cfg.engine.model_dir, None, None)
+        .expect("a plan of the tiny model");
+    let planned = plan.camera("a").unwrap().cache_bytes;
+    let snap = reports_until(&mut reports, "camera a's cache in its report", |s| {
+        s.cameras
+            .iter()
+            .any(|c| c.camera == "a" && c.memory.is_some_and(|m| m.cache_bytes > 0))
+    })
+    .await;
+    let m = snap.cameras[0].memory.unwrap();
+    assert_eq!(m.cache_planned_bytes, planned);
+    assert!(m.cache_bytes <= planned, "{m:?}");
+
     // Reload: b is added, a is untouched (same window: its frame numbering goes on).
     let before = reports.borrow().cameras[0].clone();
     let summary = rt
@@ -116,6 +131,13 @@ async fn a_whole_runtime_starts_narrates_reloads_and_shuts_down_in_process() {
     .await;
     let a = snap.cameras.iter().find(|c| c.camera == "a").unwrap();
     assert_eq!(a.counters.restarts, 0);
+    // The plan was made again for the reloaded configuration: b has its bound too.
+    let b = snap.cameras.iter().find(|c| c.camera == "b").unwrap();
+    assert_eq!(
+        b.memory.unwrap().cache_planned_bytes,
+        planned,
+        "same shape as a"
+    );
     assert!(
         a.counters.sampled >= before.counters.sampled,
         "camera a kept counting: {a:?} after {before:?}"

@@ -1010,3 +1010,63 @@ fn a_camera_under_sink_recent_never_rebuilds_after_its_first_build_and_reports_i
         report.line()
     );
 }
+
+#[test]
+fn the_memory_plan_bounds_the_live_cache_each_policy_really_builds_and_the_bound_is_reached() {
+    let generator = engine_common::generator();
+    let config = edgevlm::config::Config::parse(
+        &format!(
+            "[memory]\nsystem_prompt = \"{SYSTEM}\"\n\
+             [[cameras]]\nid = \"win\"\nuri = \"test://ball\"\nwidth = 336\nheight = 196\n\
+             window_secs = 20\nnarrate = []\n\
+             [[cameras]]\nid = \"sink\"\nuri = \"test://ball\"\nwidth = 336\nheight = 196\n\
+             window_secs = 600\nnarrate = []\ncache_policy = \"sink_recent\"\ncache_budget = 400\n"
+        ),
+        None,
+    )
+    .unwrap();
+    let engines = generator.engines();
+    let plan =
+        edgevlm::memory::plan::Plan::new(&config, engines.manifest(), engines.tokenizer(), None)
+            .unwrap();
+    let footage = plan.max_context - plan.reserve;
+    for cam in &config.cameras {
+        let p = plan.camera(&cam.id).unwrap();
+        assert_eq!(p.frame_tokens, 12 * 7, "{}", cam.id);
+        let (mut w, memory, _) = watcher_of(&generator, cam.clone(), footage, Outputs::new(None));
+        let mut scene = Scene::new();
+        let mut most = 0;
+        for t in 0..80 {
+            // Every token kept (no DiffFP mask): the plan's bound is for unpruned frames.
+            let mut f = scene.frame(t as f64, &[((t * 28) % 280, 0, 56)]);
+            Arc::get_mut(&mut f).unwrap().tokens = None;
+            w.step(&[f]);
+            let live = w.live().unwrap();
+            let bytes = live.cache().bytes() as u64;
+            assert!(
+                bytes <= p.cache_bytes,
+                "{}: {} positions at t={t}, planned {}",
+                cam.id,
+                live.cache().len(),
+                p.cache_positions
+            );
+            most = most.max(bytes);
+        }
+        // The bound is nearly reached (not a vacuous figure): what is left is one frame item and
+        // the digits of stream times up to three years long where these frames have two.
+        let slack = (p.frame_positions + 6 * p.cache_frames) as u64 * plan.bytes_per_position;
+        assert!(
+            most + slack > p.cache_bytes,
+            "{}: reached {most} of {} bytes",
+            cam.id,
+            p.cache_bytes
+        );
+        // The status carries the live figure; the runtime sets the planned one from the plan.
+        assert_eq!(
+            memory.report().cache_bytes,
+            w.live().unwrap().cache().bytes() as u64
+        );
+    }
+    assert_eq!(plan.camera("win").unwrap().cache_frames, 20 + 1 + 5);
+    assert!(plan.camera("sink").unwrap().cache_positions == 400);
+}

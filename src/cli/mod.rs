@@ -4,5 +4,6 @@ pub(crate) mod ask;
 pub(crate) mod engines;
 pub(crate) mod eval;
 pub(crate) mod inspect;
+pub(crate) mod plan;
 pub(crate) mod run;
 pub(crate) mod status;

@@ -49,8 +49,18 @@ pub(crate) async fn status(socket: PathBuf, json: bool) -> anyhow::Result<()> {
                     .map(|v| format!("{v:.0} ms"))
                     .unwrap_or_else(|| "-".into())
             };
+            let mib = |k: &str| n(k) as f64 / (1u64 << 20) as f64;
+            let planned = if n("cache_planned_bytes") > 0 {
+                format!(
+                    ", {:.1} of {:.1} MiB planned",
+                    mib("cache_bytes"),
+                    mib("cache_planned_bytes")
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "{:<16} memory {} frames, cache {} positions ({} rebuilds) | narrations {} ({} skipped), first token {} | answers {}, first token {} | errors {}",
+                "{:<16} memory {} frames, cache {} positions ({} rebuilds{planned}) | narrations {} ({} skipped), first token {} | answers {}, first token {} | errors {}",
                 "",
                 n("frames"),
                 n("cache_positions"),

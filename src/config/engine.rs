@@ -96,6 +96,9 @@ pub struct EngineConfig {
     pub prefill_chunk_tokens: u32,
     /// `[engine.tensorrt]`.
     pub tensorrt: TensorRtSettings,
+    /// Memory of the device that holds the KV caches, in MiB, for the memory plan; `None` reads it
+    /// from the device (docs/ARCHITECTURE.md, "Memory plan").
+    pub device_memory_mib: Option<u32>,
 }
 
 impl Default for EngineConfig {
@@ -113,6 +116,7 @@ impl Default for EngineConfig {
             vision_batch_frames: 4,
             prefill_chunk_tokens: 512,
             tensorrt: TensorRtSettings::default(),
+            device_memory_mib: None,
         }
     }
 }
@@ -147,6 +151,10 @@ pub(crate) fn decode_engine(
         8192,
         sink,
     );
+    let device_memory_mib: Option<u32> = f.opt("device_memory_mib", sink);
+    if let Some(mib) = device_memory_mib {
+        range(&f, "device_memory_mib", mib, 64, 1 << 24, sink);
+    }
     let empty = toml::Table::new();
     let trt_t = f.table("tensorrt", sink).unwrap_or(&empty);
     let tensorrt = decode_tensorrt(trt_t, sink);
@@ -164,6 +172,7 @@ pub(crate) fn decode_engine(
         vision_batch_frames,
         prefill_chunk_tokens,
         tensorrt,
+        device_memory_mib,
     }
 }
 

@@ -15,6 +15,7 @@
 
 mod encode;
 pub(crate) mod live;
+pub mod plan;
 
 pub use encode::FrameEncoder;
 pub use live::{Evictions, LiveCache, LiveOptions, LiveView, RebuildReason};
@@ -192,6 +193,10 @@ pub struct WatchStats {
     pub evicted_frames: AtomicU64,
     /// Positions in the live cache.
     pub cache_positions: AtomicU64,
+    /// Bytes of the live cache's tensors.
+    pub cache_bytes: AtomicU64,
+    /// The memory plan's bound on those bytes (0: no plan).
+    pub cache_planned_bytes: AtomicU64,
     /// Frames in the memory.
     pub memory_frames: AtomicU64,
     /// Bytes of features in the memory.
@@ -240,6 +245,12 @@ pub struct MemoryReport {
     pub bytes: u64,
     /// Positions in the live KV cache.
     pub cache_positions: u64,
+    /// Bytes of the live KV cache (absent in older reports).
+    #[serde(default)]
+    pub cache_bytes: u64,
+    /// The memory plan's bound on the live cache's bytes (`edgevlm plan`; 0: no plan).
+    #[serde(default)]
+    pub cache_planned_bytes: u64,
     /// Live cache rebuilds from memory.
     pub rebuilds: u64,
     /// Frames evicted from the live cache in place (`sink_recent`; absent in older reports).
@@ -268,13 +279,21 @@ pub struct MemoryReport {
 impl MemoryReport {
     /// The memory part of a status line.
     pub fn line(&self) -> String {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         let mut line = format!(
-            "memory {} frames ({:.1} MiB), cache {} positions, {} rebuilds",
+            "memory {} frames ({:.1} MiB), cache {} positions",
             self.frames,
-            self.bytes as f64 / (1u64 << 20) as f64,
+            mib(self.bytes),
             self.cache_positions,
-            self.rebuilds,
         );
+        if self.cache_planned_bytes > 0 {
+            line.push_str(&format!(
+                " ({:.1} of {:.1} MiB planned)",
+                mib(self.cache_bytes),
+                mib(self.cache_planned_bytes)
+            ));
+        }
+        line.push_str(&format!(", {} rebuilds", self.rebuilds));
         if self.evicted_frames > 0 {
             line.push_str(&format!(", {} frames evicted", self.evicted_frames));
         }
@@ -353,10 +372,12 @@ impl CameraMemory {
     /// Publishes the live cache's new state.
     pub fn set_live(&self, view: Option<Arc<LiveView>>) {
         let positions = view.as_ref().map_or(0, |v| v.cache.len() as u64);
+        let bytes = view.as_ref().map_or(0, |v| v.cache.bytes() as u64);
         self.lock().live = view;
         self.stats
             .cache_positions
             .store(positions, Ordering::Relaxed);
+        self.stats.cache_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// A consistent copy of the live cache and the frames, for a question.
@@ -384,6 +405,8 @@ impl CameraMemory {
             frames: frames as u64,
             bytes: bytes as u64,
             cache_positions: get(&s.cache_positions),
+            cache_bytes: get(&s.cache_bytes),
+            cache_planned_bytes: get(&s.cache_planned_bytes),
             rebuilds: get(&s.rebuilds),
             evicted_frames: get(&s.evicted_frames),
             frames_encoded: get(&s.frames_encoded),

@@ -420,6 +420,7 @@ impl Control {
         let s = self.supervisor.reload(&new, STOP_BOUND).await;
         self.changes.follow(&self.supervisor);
         if let Some(w) = &mut self.watches {
+            w.replan(&new);
             w.sync(&self.supervisor).await;
             let _ = self.memories.send(w.memories());
         }

@@ -23,6 +23,9 @@ pub(super) struct Watches {
     system: Option<String>,
     budget: usize,
     slack: f64,
+    /// The memory plan of the configuration on the loaded model (its per-camera bounds go in the
+    /// status).
+    plan: Option<crate::memory::plan::Plan>,
 }
 
 /// Loads the engines `[engine]` names; `Err` says why no model serves (the rest keeps running).
@@ -84,6 +87,7 @@ impl Watches {
                     system: None,
                     budget: 0,
                     slack: 0.0,
+                    plan: None,
                 };
             }
         };
@@ -92,6 +96,7 @@ impl Watches {
             Some(default.clone())
         });
         let slack = config.memory.rebuild_slack;
+        let plan = plan_of(config, &generator);
         let service = QueryService::new_with_clock(
             Ok(generator.clone()),
             config.query.clone(),
@@ -110,6 +115,7 @@ impl Watches {
             system,
             budget,
             slack,
+            plan,
         }
     }
 
@@ -216,7 +222,26 @@ impl Watches {
                 }
             }
         }
+        // Every camera's bound from the current plan (a reload may have changed it).
+        for (id, memory) in &self.memories {
+            let planned = self
+                .plan
+                .as_ref()
+                .and_then(|p| p.camera(id))
+                .map_or(0, |p| p.cache_bytes);
+            memory
+                .stats
+                .cache_planned_bytes
+                .store(planned, std::sync::atomic::Ordering::Relaxed);
+        }
         stop_all(stale, STOP_BOUND).await;
+    }
+
+    /// Makes the memory plan again for a reloaded configuration (before [`Watches::sync`]).
+    pub(super) fn replan(&mut self, config: &Config) {
+        if let Some(generator) = &self.generator {
+            self.plan = plan_of(config, generator);
+        }
     }
 
     /// Ends generation in progress and stops every worker.
@@ -233,6 +258,27 @@ impl Watches {
             None => Ok(()),
         }
     }
+}
+
+/// The memory plan on the loaded model, logged; a plan over the device's memory is an error line
+/// (`validate` refuses such a configuration; a running instance keeps going, as the plan is a bound).
+fn plan_of(config: &Config, generator: &Generator) -> Option<crate::memory::plan::Plan> {
+    let engines = generator.engines();
+    let mut plan =
+        match crate::memory::plan::Plan::new(config, engines.manifest(), engines.tokenizer(), None)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "No memory plan");
+                return None;
+            }
+        };
+    plan.device = crate::memory::plan::device_memory(config);
+    tracing::info!("{}", plan.line());
+    for (key, why) in plan.problems(config) {
+        tracing::error!(key = %key, "{why}");
+    }
+    Some(plan)
 }
 
 /// A narration or a question in progress ends at its next token; this bounds the wait for it.

@@ -466,7 +466,7 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
         &'static str,
         fn(&WatchStats) -> &AtomicU64,
     );
-    let counters: [Counter; 14] = [
+    let counters: [Counter; 16] = [
         (
             "edgevlm_memory_frames_encoded_total",
             "counter",
@@ -520,6 +520,18 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
             "gauge",
             "Positions in the live KV cache.",
             |s| &s.cache_positions,
+        ),
+        (
+            "edgevlm_memory_cache_bytes",
+            "gauge",
+            "Bytes of the live KV cache's tensors.",
+            |s| &s.cache_bytes,
+        ),
+        (
+            "edgevlm_memory_cache_planned_bytes",
+            "gauge",
+            "The memory plan's bound on the live KV cache's bytes (edgevlm plan).",
+            |s| &s.cache_planned_bytes,
         ),
         (
             "edgevlm_narrations_total",
