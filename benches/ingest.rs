@@ -16,7 +16,11 @@ const RUNS: usize = 3;
 const GEOMETRY: (u32, u32) = (336, 196); // 1080p with a 180-frame window (docs/REFERENCE.md §1b)
 
 fn main() {
-    // `cargo bench` passes harness flags such as `--bench`; a filter argument selects nothing here.
+    // `cargo bench` passes harness flags such as `--bench`; `--keyframes` selects that table.
+    if std::env::args().any(|a| a == "--keyframes") {
+        keyframes();
+        return;
+    }
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
     std::fs::create_dir_all(&data).expect("bench data dir");
     let video = data.join(format!("1080p30-{SECONDS}s.mp4"));
@@ -115,6 +119,135 @@ fn children_cpu() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// `--keyframes`: `decode = "keyframes"` against a full decode, through `edgevlm probe`, on
+/// 60 s of 1080p30 H.264 at 4 Mb/s with a fixed GOP of 1 s, 2 s and 25 frames (keyframes off the
+/// 1 s sample grid): CPU per second of video, frames decoded,
+/// the decode state, and how far each sampled frame's time is from the sample grid (the frame's
+/// own timestamp is kept, so the model's time text stays true; what moves is which instant is
+/// sampled).
+fn keyframes() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    std::fs::create_dir_all(&data).expect("bench data dir");
+    let edgevlm = env!("CARGO_BIN_EXE_edgevlm");
+    let (w, h) = GEOMETRY;
+    const SECONDS: u32 = 60;
+    println!(
+        "\nKeyframe decoding: {SECONDS} s of 1080p30 H.264 at 4 Mb/s -> {w}x{h} RGB, CPU time (median of {RUNS})"
+    );
+    println!(
+        "{:<8} {:>6} {:<10} {:>10} {:>13} {:>8} {:>8} {:>10} {:>10}  decode state",
+        "GOP",
+        "fps",
+        "decode",
+        "CPU s",
+        "CPU s/video s",
+        "vs full",
+        "decoded",
+        "samples",
+        "grid err"
+    );
+    for (keyint, fps) in [(30u32, 1.0f64), (60, 1.0), (60, 0.5), (25, 1.0)] {
+        let video = data.join(format!("1080p30-{SECONDS}s-keyint{keyint}.mp4"));
+        if !video.exists() {
+            make_gop_video(&video, keyint, SECONDS);
+        }
+        let v = video.to_str().expect("utf-8 path");
+        let mut full_cpu = f64::NAN;
+        for decode in ["full", "keyframes"] {
+            let cmd = format!(
+                "{edgevlm} probe {v} --sample-fps {fps} --frames 100000 --width {w} --height {h} \
+                 --decode {decode} --json"
+            );
+            let mut runs: Vec<(f64, String, String)> =
+                (0..RUNS).map(|_| cpu_output(&cmd)).collect();
+            runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (cpu, out, err) = runs.swap_remove(RUNS / 2);
+            if decode == "full" {
+                full_cpu = cpu;
+            }
+            let pts: Vec<f64> = out
+                .lines()
+                .filter_map(|l| {
+                    let i = l.find("\"pts_secs\":")? + 11;
+                    l[i..].split([',', '}']).next()?.parse().ok()
+                })
+                .collect();
+            let worst = pts
+                .iter()
+                .map(|t| (t * fps - (t * fps).round()).abs() / fps)
+                .fold(0.0f64, f64::max);
+            let decoded = err
+                .split(" frames decoded")
+                .next()
+                .and_then(|s| s.rsplit(' ').next())
+                .unwrap_or("?")
+                .to_string();
+            let state = err
+                .split("; decode ")
+                .nth(1)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|| "every frame".into());
+            println!(
+                "{:<8} {fps:>6} {decode:<10} {cpu:>10.3} {:>13.4} {:>7.2}x {decoded:>8} {:>10} {:>8.0} ms  {state}",
+                format!("{:.2} s", f64::from(keyint) / 30.0),
+                cpu / f64::from(SECONDS),
+                cpu / full_cpu,
+                pts.len(),
+                worst * 1e3,
+            );
+        }
+    }
+}
+
+/// CPU seconds of a command (children included), its stdout and its stderr.
+fn cpu_output(cmd: &str) -> (f64, String, String) {
+    let before = children_cpu();
+    let out = Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .expect("run command");
+    assert!(
+        out.status.success(),
+        "failed: {cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cpu = children_cpu() - before;
+    eprintln!("  {cpu:.3} s CPU: {}", short(cmd));
+    (
+        cpu,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Like [`make_video`], `seconds` long with a fixed GOP of `keyint` frames (no scene-cut
+/// keyframes, no B-frames).
+fn make_gop_video(path: &Path, keyint: u32, seconds: u32) {
+    eprintln!("Generating {} …", path.display());
+    let status = Command::new("gst-launch-1.0")
+        .args([
+            "-q",
+            "videotestsrc",
+            &format!("num-buffers={}", seconds * 30),
+            "pattern=ball",
+        ])
+        .args(["!", "video/x-raw,width=1920,height=1080,framerate=30/1"])
+        .args([
+            "!",
+            "x264enc",
+            "speed-preset=veryfast",
+            &format!("key-int-max={keyint}"),
+            "bframes=0",
+            "option-string=scenecut=0",
+            "bitrate=4000",
+        ])
+        .args(["!", "h264parse", "!", "mp4mux", "!", "filesink"])
+        .arg(format!("location={}", path.display()))
+        .status()
+        .expect("gst-launch-1.0 (apt-get install gstreamer1.0-tools)");
+    assert!(status.success(), "could not generate the bench video");
 }
 
 fn make_video(path: &Path) {

@@ -331,6 +331,9 @@ struct ProbeArgs {
     /// Pipeline template (default: from the URI scheme).
     #[arg(long)]
     pipeline: Option<String>,
+    /// full (default) or keyframes (only keyframes decoded while the GOP is within the period).
+    #[arg(long, default_value = "full")]
+    decode: String,
     /// RTSP user name.
     #[arg(long)]
     username: Option<String>,
@@ -356,6 +359,11 @@ fn probe_camera(a: ProbeArgs) -> Result<CameraConfig, String> {
         ));
     }
     cam.sample_fps = a.sample_fps;
+    cam.decode = match a.decode.as_str() {
+        "full" => edgevlm::config::DecodeMode::Full,
+        "keyframes" => edgevlm::config::DecodeMode::Keyframes,
+        other => return Err(format!("--decode must be full or keyframes, got `{other}`")),
+    };
     if let (Some(w), Some(h)) = (a.width, a.height) {
         if w == 0 || h == 0 || w % 28 != 0 || h % 28 != 0 {
             return Err(format!(

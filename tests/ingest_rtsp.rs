@@ -449,3 +449,59 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_camera_under_keyframe_decoding_decodes_one_frame_per_sample() {
+    // The test camera sends a keyframe every second (15 frames), the sample period.
+    let server = RtspServer::start(CameraSpec::default());
+    let cfg = config(&format!(
+        "[[cameras]]\nid = \"cam\"\nuri = \"{}\"\nsample_fps = 1\nwindow_secs = 30\n\
+         decode = \"keyframes\"\n",
+        server.url()
+    ));
+    let sup = Supervisor::start(&cfg);
+    let cam = sup.camera("cam").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || cam.shared.decode().as_deref()
+            == Some("keyframes (GOP 1.0 s)"))
+        .await,
+        "decode state {:?}; status {:?}",
+        cam.shared.decode(),
+        cam.status()
+    );
+    let before = cam.shared.counters.snapshot();
+    assert!(
+        wait_until(Duration::from_secs(60), || cam
+            .shared
+            .counters
+            .snapshot()
+            .sampled
+            >= before.sampled + 5)
+        .await,
+        "no samples: {:?}",
+        cam.shared.counters.snapshot()
+    );
+    let after = cam.shared.counters.snapshot();
+    let (sampled, decoded, undecoded) = (
+        after.sampled - before.sampled,
+        after.frames_in - before.frames_in,
+        after.undecoded - before.undecoded,
+    );
+    // One decoded frame per sample (a keyframe in flight at either end), 14 of 15 skipped.
+    assert!(
+        decoded <= sampled + 2,
+        "{decoded} decoded for {sampled} samples"
+    );
+    assert!(
+        undecoded >= 13 * (sampled - 1),
+        "{undecoded} undecoded for {sampled} samples"
+    );
+    // Sampled frames are the keyframes, one per second of stream time.
+    let frames = cam.window.last(5);
+    for w in frames.windows(2) {
+        let dt = (w[1].pts - w[0].pts).as_secs_f64();
+        assert!((dt - 1.0).abs() < 0.05, "{dt}");
+    }
+    assert_eq!(after.restarts, 0);
+    sup.shutdown(Duration::from_secs(10)).await;
+}

@@ -106,3 +106,101 @@ async fn a_fixed_geometry_from_the_config_is_used_as_is() {
     assert_eq!((f.width, f.height, f.rgb.len()), (224, 112, 224 * 112 * 3));
     sup.shutdown(Duration::from_secs(5)).await;
 }
+
+/// `secs` seconds of a 30 fps H.264 file with a keyframe every `keyint` frames (no B-frames).
+fn h264_gop_file(name: &str, secs: u32, keyint: u32) -> std::path::PathBuf {
+    gst::init().unwrap();
+    let path = std::env::temp_dir().join(format!("edgevlm-gop-{}-{name}.mp4", std::process::id()));
+    let p = gst::parse::launch(&format!(
+        "videotestsrc num-buffers={} pattern=ball ! video/x-raw,width=320,height=240,framerate=30/1 \
+         ! x264enc speed-preset=ultrafast key-int-max={keyint} bframes=0 ! h264parse ! mp4mux \
+         ! filesink location={}",
+        secs * 30,
+        path.display()
+    ))
+    .unwrap();
+    p.set_state(gst::State::Playing).unwrap();
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(60),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("file written in time");
+    assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
+    p.set_state(gst::State::Null).unwrap();
+    path
+}
+
+/// Runs `file` to its end as one camera at 1 fps; its sampled timestamps and counters, and its
+/// `decode` status.
+async fn run_file(
+    file: &std::path::Path,
+    decode: &str,
+) -> (Vec<f64>, edgevlm::ring::CounterSnapshot, Option<String>) {
+    let cfg = Config::parse(
+        &format!(
+            "[[cameras]]\nid = \"clip\"\nuri = \"file://{}\"\nsample_fps = 1\nwindow_secs = 60\n\
+             decode = \"{decode}\"\n",
+            file.display()
+        ),
+        None,
+    )
+    .unwrap();
+    let sup = Supervisor::start(&cfg);
+    let cam = sup.camera("clip").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || cam.status().state
+            == CameraState::Stopped)
+        .await
+    );
+    assert_eq!(cam.status().reason.as_deref(), Some("end of file"));
+    let pts = cam
+        .window
+        .last(1000)
+        .iter()
+        .map(|f| f.pts.as_secs_f64())
+        .collect();
+    let counters = cam.shared.counters.snapshot();
+    let status = cam.shared.decode();
+    sup.shutdown(Duration::from_secs(5)).await;
+    (pts, counters, status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyframe_decoding_decodes_only_keyframes_on_a_gop_within_the_sample_period() {
+    let file = h264_gop_file("1s", 12, 30);
+    let (full_pts, full, full_status) = run_file(&file, "full").await;
+    let (key_pts, key, key_status) = run_file(&file, "keyframes").await;
+    assert_eq!(
+        full_status, None,
+        "a full-decode camera has no decode status"
+    );
+    assert_eq!(key_status.as_deref(), Some("keyframes (GOP 1.0 s)"));
+    assert_eq!(full.frames_in, 360);
+    // The first two GOPs are decoded whole while the interval is measured; then only keyframes.
+    assert_eq!(key.frames_in, 2 * 30 + 10, "{key:?}");
+    assert_eq!(key.undecoded, 360 - key.frames_in);
+    assert_eq!(full.undecoded, 0);
+    // The same samples, at the same stream times: the keyframes sit on the 1 s sample grid.
+    assert_eq!(key_pts.len(), full_pts.len(), "{key_pts:?} vs {full_pts:?}");
+    for (k, f) in key_pts.iter().zip(&full_pts) {
+        assert!((k - f).abs() < 0.04, "{key_pts:?} vs {full_pts:?}");
+    }
+    let _ = std::fs::remove_file(file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyframe_decoding_falls_back_to_full_decode_when_the_gop_is_over_the_sample_period() {
+    let file = h264_gop_file("3s", 10, 90);
+    let (pts, key, status) = run_file(&file, "keyframes").await;
+    assert_eq!(
+        status.as_deref(),
+        Some("full: GOP 3.00 s is over the 1.00 s sample period")
+    );
+    assert_eq!(key.undecoded, 0);
+    assert_eq!(key.frames_in, 300);
+    assert_eq!(pts.len(), 10, "{pts:?}");
+    let _ = std::fs::remove_file(file);
+}

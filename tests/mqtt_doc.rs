@@ -120,6 +120,7 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                     prune_mode: String::new(),
                     kept_ratio: 0.0,
                     prune_threshold: None,
+                    decode: None,
                     counters: CounterSnapshot::default(),
                     memory: Some(edgevlm::memory::MemoryReport {
                         narration_first_token_p50_ms: Some(0.0),

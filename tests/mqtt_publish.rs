@@ -99,6 +99,7 @@ fn report(camera: &str) -> CameraReport {
         prune_mode: "reference".into(),
         kept_ratio: 0.4,
         prune_threshold: Some(0.1),
+        decode: None,
         counters: CounterSnapshot::default(),
         memory: None,
     }

@@ -61,7 +61,7 @@ pub(crate) async fn probe(cam: CameraConfig, frames: usize, json: bool) -> anyho
     .await
     .map_err(anyhow::Error::msg)?;
     eprintln!(
-        "probe: {} frames from {} in {:.1} s; source {}; model geometry {}",
+        "probe: {} frames from {} in {:.1} s; source {}; model geometry {}; {} frames decoded{}",
         summary.frames,
         cam.uri,
         summary.elapsed.as_secs_f64(),
@@ -70,6 +70,11 @@ pub(crate) async fn probe(cam: CameraConfig, frames: usize, json: bool) -> anyho
             .geometry
             .map(|g| format!("{g} ({} tokens/frame)", g.tokens()))
             .unwrap_or_else(|| "unknown".into()),
+        summary.decoded,
+        summary
+            .decode
+            .map(|d| format!(", {} not; decode {d}", summary.undecoded))
+            .unwrap_or_default(),
     );
     Ok(())
 }

@@ -130,6 +130,28 @@ pub enum Scaler {
     Pipeline,
 }
 
+/// Which compressed frames a camera's decoder gets (`decode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecodeMode {
+    /// Every frame is decoded; the sampler keeps one per sample period.
+    #[default]
+    Full,
+    /// Only keyframes reach the decoder while the stream's keyframe interval is at most the
+    /// sample period (measured from the stream); otherwise every frame is decoded
+    /// (docs/ARCHITECTURE.md, "Keyframe decoding").
+    Keyframes,
+}
+
+impl DecodeMode {
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecodeMode::Full => "full",
+            DecodeMode::Keyframes => "keyframes",
+        }
+    }
+}
+
 /// RTSP lower transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RtspTransport {
@@ -181,6 +203,8 @@ pub struct CameraConfig {
     pub rtsp_transport: RtspTransport,
     /// Who scales frames to the model geometry.
     pub scaler: Scaler,
+    /// Which compressed frames are decoded.
+    pub decode: DecodeMode,
     /// RTSP jitter-buffer latency.
     pub latency_ms: u32,
     /// RTSP credentials, if any.
@@ -211,6 +235,7 @@ impl CameraConfig {
             retry_max: Duration::from_secs(30),
             rtsp_transport: RtspTransport::Tcp,
             scaler: Scaler::Reference,
+            decode: DecodeMode::Full,
             latency_ms: 200,
             credentials: None,
             prune: PruneParams::default(),
@@ -566,6 +591,23 @@ fn decode_camera(
 
     let uri = source.uri?;
     let pipeline = decode_pipeline(path, source.pipeline, &uri, sink);
+    if stream.decode == DecodeMode::Keyframes
+        && let Some(t) = Template::by_name(&pipeline)
+        && !t.decodes_in_software()
+    {
+        sink.error(
+            format!("{path}.decode"),
+            format!(
+                "\"keyframes\" needs a template that decodes in software (decodebin: rtsp, file); \
+                 `{pipeline}` {}",
+                if t.source_kind() == "rtsp" {
+                    "decodes on the GPU, where a full decode costs the CPU nothing"
+                } else {
+                    "delivers raw frames, with nothing to skip"
+                }
+            ),
+        );
+    }
     Some(CameraConfig {
         id: source.id?,
         uri,
@@ -580,6 +622,7 @@ fn decode_camera(
         retry_max: timing.retry.max,
         rtsp_transport: stream.rtsp_transport,
         scaler: stream.scaler,
+        decode: stream.decode,
         latency_ms: stream.latency_ms,
         credentials,
         prune,
@@ -762,6 +805,7 @@ fn decode_timing(f: &mut Fields<'_>, d: &CameraConfig, sink: &mut Sink) -> Camer
 struct StreamOptions {
     rtsp_transport: RtspTransport,
     scaler: Scaler,
+    decode: DecodeMode,
     latency_ms: u32,
 }
 
@@ -785,6 +829,15 @@ fn decode_stream(f: &mut Fields<'_>, d: &CameraConfig, sink: &mut Sink) -> Strea
         d.scaler,
         sink,
     );
+    let decode = f.choice(
+        "decode",
+        &[
+            ("full", DecodeMode::Full),
+            ("keyframes", DecodeMode::Keyframes),
+        ],
+        d.decode,
+        sink,
+    );
     let latency_ms: u32 = f.get("latency_ms", d.latency_ms, sink);
     if latency_ms > 10_000 {
         sink.error(
@@ -795,6 +848,7 @@ fn decode_stream(f: &mut Fields<'_>, d: &CameraConfig, sink: &mut Sink) -> Strea
     StreamOptions {
         rtsp_transport,
         scaler,
+        decode,
         latency_ms,
     }
 }
@@ -981,6 +1035,37 @@ mod tests {
         assert_eq!(cam.window, Duration::from_secs(60));
         assert_eq!(cam.window_frames(), 60);
         assert_eq!(c.vision, VisionConfig::default());
+    }
+
+    #[test]
+    fn keyframe_decoding_is_for_templates_that_decode_in_software() {
+        let c = Config::parse(
+            "[[cameras]]\nid = \"a\"\nuri = \"rtsp://cam/a\"\ndecode = \"keyframes\"\n\
+             [[cameras]]\nid = \"b\"\nuri = \"/clips/a.mp4\"\ndecode = \"keyframes\"\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.cameras[0].decode, DecodeMode::Keyframes);
+        assert_eq!(c.cameras[1].decode, DecodeMode::Keyframes);
+        let errs = errors(
+            "[[cameras]]\nid = \"a\"\nuri = \"rtsp://cam/a\"\npipeline = \"rtsp-nvdec\"\n\
+             decode = \"keyframes\"\n\
+             [[cameras]]\nid = \"b\"\nuri = \"test://ball\"\ndecode = \"keyframes\"\n\
+             [[cameras]]\nid = \"c\"\nuri = \"test://ball\"\ndecode = \"some\"\n",
+        );
+        for e in [
+            "cameras[0].decode: \"keyframes\" needs a template that decodes in software \
+             (decodebin: rtsp, file); `rtsp-nvdec` decodes on the GPU",
+            "cameras[1].decode: \"keyframes\" needs a template that decodes in software \
+             (decodebin: rtsp, file); `test` delivers raw frames",
+            "cameras[2].decode: ",
+        ] {
+            assert!(
+                errs.iter().any(|g| g.starts_with(e)),
+                "missing `{e}` in {errs:#?}"
+            );
+        }
+        assert_eq!(errs.len(), 3, "{errs:#?}");
     }
 
     #[test]

@@ -72,6 +72,15 @@ impl Template {
         self.header("source").unwrap_or("unknown")
     }
 
+    /// Whether its decoder is chosen by `decodebin` (software, or whatever decoder the machine
+    /// ranks first): what `decode = "keyframes"` gates.
+    pub fn decodes_in_software(&self) -> bool {
+        self.text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .any(|l| l.split_whitespace().any(|w| w == "decodebin"))
+    }
+
     /// Whether a camera with this URI can use the template.
     pub fn accepts(&self, uri: &SourceUri) -> bool {
         self.source_kind() == uri.default_pipeline()

@@ -4,6 +4,7 @@
 //! it. Frames leave as packed RGB at the camera's [`Geometry`] through the ring's hand-off.
 
 mod geometry;
+mod keyframes;
 mod session;
 mod template;
 

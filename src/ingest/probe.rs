@@ -17,6 +17,12 @@ pub struct ProbeSummary {
     pub geometry: Option<super::Geometry>,
     /// Wall time from start to the last frame.
     pub elapsed: Duration,
+    /// Frames decoded (that reached the sampler).
+    pub decoded: u64,
+    /// Compressed frames not decoded (`decode = "keyframes"`).
+    pub undecoded: u64,
+    /// What keyframe decoding did last (`None`: every frame decoded by configuration).
+    pub decode: Option<String>,
 }
 
 /// Attaches to `cfg`'s source and calls `on_frame` for each of the first `frames` sampled frames.
@@ -88,5 +94,8 @@ pub async fn probe(
             .unwrap_or_default(),
         geometry: shared.geometry.get().copied(),
         elapsed,
+        decoded: shared.counters.snapshot().frames_in,
+        undecoded: shared.counters.snapshot().undecoded,
+        decode: shared.decode(),
     })
 }

@@ -97,6 +97,8 @@ pub struct CameraShared {
     pub geometry: OnceLock<Geometry>,
     /// The caps the source delivered last, for status and `probe`.
     pub source_caps: Mutex<Option<String>>,
+    /// What `decode = "keyframes"` does now (`None`: the camera decodes every frame by config).
+    decode: Mutex<Option<String>>,
     epoch: Instant,
     /// Milliseconds after `epoch` of the last decoded frame (0: none yet in this session).
     last_input_ms: AtomicU64,
@@ -125,11 +127,25 @@ impl CameraShared {
             counters: Counters::default(),
             geometry,
             source_caps: Mutex::new(None),
+            decode: Mutex::new(None),
             epoch: Instant::now(),
             last_input_ms: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(0),
             resume: Mutex::new(Resume::default()),
         }
+    }
+
+    /// What keyframe decoding does now (`keyframes (GOP 1.00 s)`, `full: …`), for the status;
+    /// `None` when the camera decodes every frame by its configuration.
+    pub fn decode(&self) -> Option<String> {
+        self.decode
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_decode(&self, text: Option<String>) {
+        *self.decode.lock().unwrap_or_else(|p| p.into_inner()) = text;
     }
 
     fn mark_input(&self) {
@@ -277,6 +293,9 @@ impl Session {
         )
         .map_err(&tpl_err)?;
         install_input_probe(&rate, shared.clone()).map_err(&tpl_err)?;
+        if cfg.decode == crate::config::DecodeMode::Keyframes {
+            super::keyframes::install(&pipeline, shared.clone(), cfg.sample_fps);
+        }
 
         let (producer, frames) = handoff::channel();
         let notify = Arc::new(Notify::new());

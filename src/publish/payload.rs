@@ -77,6 +77,8 @@ pub struct StatusMessage<'a> {
     pub source_caps: Option<&'a str>,
     /// DiffFP mode.
     pub prune_mode: &'a str,
+    /// What `decode = "keyframes"` does now (`null`: every frame decoded by configuration).
+    pub decode: Option<&'a str>,
     /// Which runtime published it: its MQTT client id (`mqtt.client_id`).
     pub node: &'a str,
     /// Which run published it (drawn at random at start).
@@ -100,6 +102,7 @@ impl<'a> StatusMessage<'a> {
             tokens_per_frame: report.tokens_per_frame,
             source_caps: report.source_caps.as_deref(),
             prune_mode: &report.prune_mode,
+            decode: report.decode.as_deref(),
             node,
             instance: &instance.id,
             started: instance.started,

@@ -106,6 +106,8 @@ pub struct Counters {
     pub tokens_kept: AtomicU64,
     /// Frames bit-identical to their predecessor (encoder output reusable).
     pub frames_identical: AtomicU64,
+    /// Compressed frames the decoder never got (`decode = "keyframes"`).
+    pub undecoded: AtomicU64,
     /// DiffFP's current threshold (f32 bits; adaptive mode moves it).
     pub prune_threshold_bits: std::sync::atomic::AtomicU32,
 }
@@ -132,6 +134,9 @@ pub struct CounterSnapshot {
     pub tokens_kept: u64,
     /// Frames bit-identical to their predecessor.
     pub frames_identical: u64,
+    /// Compressed frames not decoded (`decode = "keyframes"`; absent in older reports).
+    #[serde(default)]
+    pub undecoded: u64,
 }
 
 impl CounterSnapshot {
@@ -186,6 +191,7 @@ impl Counters {
             tokens_total: self.tokens_total.load(Ordering::Relaxed),
             tokens_kept: self.tokens_kept.load(Ordering::Relaxed),
             frames_identical: self.frames_identical.load(Ordering::Relaxed),
+            undecoded: self.undecoded.load(Ordering::Relaxed),
         }
     }
 }

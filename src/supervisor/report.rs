@@ -68,6 +68,9 @@ pub struct CameraReport {
     pub kept_ratio: f64,
     /// DiffFP's current threshold (adaptive mode moves it), once a frame was pruned.
     pub prune_threshold: Option<f32>,
+    /// What `decode = "keyframes"` does now (`keyframes (GOP 1.00 s)`, or `full: ` and why);
+    /// `null` for a camera that decodes every frame by its configuration.
+    pub decode: Option<String>,
     /// Cumulative counters.
     pub counters: CounterSnapshot,
     /// Memory, narrations and answers (`null` when no model is loaded).
@@ -107,6 +110,7 @@ impl CameraReport {
             prune_mode: handle.config.prune.mode.to_string(),
             kept_ratio: counters.kept_ratio(),
             prune_threshold: handle.shared.counters.prune_threshold(),
+            decode: handle.shared.decode(),
             counters,
             memory: None,
         }
@@ -130,6 +134,12 @@ impl CameraReport {
             self.prune_mode,
             self.counters.restarts,
         );
+        if let Some(d) = &self.decode {
+            s.push_str(&format!(
+                " | decode {d}, {} undecoded",
+                self.counters.undecoded
+            ));
+        }
         if let Some(m) = &self.memory {
             s.push_str(" | ");
             s.push_str(&m.line());
