@@ -564,8 +564,16 @@ fn policies(g: &Generator) {
         "\ncache policies (tiny model, {dev}, {STEPS} steps after the window is full, same frames):"
     );
     eprintln!(
-        "  {:<34} {:>9} {:>9} {:>8} {:>9} {:>10} {:>10}",
-        "camera", "mean", "worst", "rebuilds", "evicted", "positions", "KV bytes"
+        "  {:<34} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>7}",
+        "camera",
+        "mean",
+        "worst",
+        "rebuilds",
+        "evicted",
+        "thinned",
+        "positions",
+        "KV bytes",
+        "frames"
     );
     let mut base = None;
     let mut budget = 0;
@@ -582,6 +590,12 @@ fn policies(g: &Generator) {
             "sink_recent 600 s, budget of 60 s",
             600,
             CachePolicy::SinkRecent,
+            true,
+        ),
+        (
+            "compress 600 s, budget of 60 s",
+            600,
+            CachePolicy::Compress,
             true,
         ),
     ] {
@@ -608,13 +622,15 @@ fn policies(g: &Generator) {
         let worst = times.iter().max().copied().unwrap_or_default();
         let base_mean = *base.get_or_insert(mean);
         eprintln!(
-            "  {label:<34} {:>7.2}ms {:>7.1}ms {:>8} {:>9} {:>10} {:>10}   step {:.2}x of 60 s",
+            "  {label:<34} {:>7.2}ms {:>7.1}ms {:>8} {:>9} {:>9} {:>10} {:>10} {:>7}   step {:.2}x of 60 s",
             mean.as_secs_f64() * 1e3,
             worst.as_secs_f64() * 1e3,
             rebuilds(&memory) - r0,
             live.evictions().frames,
+            live.evictions().tokens,
             most,
             live.cache().bytes(),
+            live.frames(),
             mean.as_secs_f64() / base_mean.as_secs_f64()
         );
     }

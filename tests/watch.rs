@@ -1020,7 +1020,9 @@ fn the_memory_plan_bounds_the_live_cache_each_policy_really_builds_and_the_bound
              [[cameras]]\nid = \"win\"\nuri = \"test://ball\"\nwidth = 336\nheight = 196\n\
              window_secs = 20\nnarrate = []\n\
              [[cameras]]\nid = \"sink\"\nuri = \"test://ball\"\nwidth = 336\nheight = 196\n\
-             window_secs = 600\nnarrate = []\ncache_policy = \"sink_recent\"\ncache_budget = 400\n"
+             window_secs = 600\nnarrate = []\ncache_policy = \"sink_recent\"\ncache_budget = 400\n\
+             [[cameras]]\nid = \"comp\"\nuri = \"test://ball\"\nwidth = 336\nheight = 196\n\
+             window_secs = 600\nnarrate = []\ncache_policy = \"compress\"\ncache_budget = 400\n"
         ),
         None,
     )
@@ -1069,4 +1071,118 @@ fn the_memory_plan_bounds_the_live_cache_each_policy_really_builds_and_the_bound
     }
     assert_eq!(plan.camera("win").unwrap().cache_frames, 20 + 1 + 5);
     assert!(plan.camera("sink").unwrap().cache_positions == 400);
+}
+
+#[test]
+fn compression_scores_see_the_same_token_at_two_positions_as_the_same() {
+    // Keys are cached after RoPE: without turning them back, one token at two positions would
+    // not look alike. Two identical frames, then a different one.
+    let generator = engine_common::generator();
+    let engines = generator.engines();
+    let rope = engines.decoder().rope().unwrap();
+    let hidden = engines.decoder().hidden();
+    let mut scene = Scene::new();
+    let a = scene.frame(0.0, &[(0, 0, 100)]);
+    let mut b = scene.frame(1.0, &[(0, 0, 100)]);
+    Arc::get_mut(&mut b).unwrap().tokens = None;
+    let mut a = a;
+    Arc::get_mut(&mut a).unwrap().tokens = None;
+    let c = {
+        // Nothing in common with the others: one flat colour over the whole frame.
+        let mut c = scene.frame(2.0, &[(0, 0, W)]);
+        Arc::get_mut(&mut c).unwrap().tokens = None;
+        c
+    };
+    let frames = encode(&generator, &[a, b, c]);
+    let (full, rows) = full_stream(&frames);
+    let p = generator
+        .prefill(
+            &generator.empty_cache().unwrap(),
+            &full.prompt(&rows, hidden).unwrap(),
+        )
+        .unwrap();
+    // Item positions: the stream render knows where each frame's visual tokens are.
+    let mut ids = Vec::new();
+    let mut visual = Vec::new();
+    for s in full.segments() {
+        match s {
+            render::Segment::Text(t, m) => engines.tokenizer().encode_into(t, *m, &mut ids),
+            render::Segment::Visual { tokens, .. } => {
+                visual.push(ids.len());
+                ids.extend(std::iter::repeat_n(0, *tokens));
+            }
+        }
+    }
+    let n = frames[0].kept();
+    let same: Vec<(usize, usize)> = (0..n).map(|k| (visual[1] + k, visual[0] + k)).collect();
+    let other: Vec<(usize, usize)> = (0..n).map(|k| (visual[2] + k, visual[1] + k)).collect();
+    let (s_same, norms) = p.cache.scores(&same, &[visual[0]], rope).unwrap();
+    let (s_other, _) = p.cache.scores(&other, &[], rope).unwrap();
+    let mean = |v: &[f32]| v.iter().sum::<f32>() / v.len() as f32;
+    assert!(
+        mean(&s_same) > mean(&s_other) + 0.05,
+        "identical frames {} vs different {}",
+        mean(&s_same),
+        mean(&s_other)
+    );
+    assert!(norms[0] > 0.0);
+    // Out of range is an error, not a panic.
+    assert!(p.cache.scores(&[(p.cache.len(), 0)], &[], rope).is_err());
+}
+
+#[test]
+fn compress_thins_old_footage_within_its_budget_and_keeps_more_of_it_than_sink_recent() {
+    let generator = engine_common::generator();
+    let run = |policy| {
+        let mut opts = live_options(600, 600);
+        opts.policy = policy;
+        let mut live = LiveCache::new(&generator, opts).unwrap();
+        let mut scene = Scene::new();
+        let mut memory = edgevlm::memory::Memory::new(Duration::from_secs(600), 601);
+        for t in 0..60u64 {
+            let mut f = scene.frame(t as f64, &[(((t * 28) % 280) as usize, 28, 56)]);
+            Arc::get_mut(&mut f).unwrap().tokens = None;
+            let f = encode(&generator, &[f]);
+            memory.push(f[0].clone());
+            let snapshot: Vec<_> = memory.frames().iter().cloned().collect();
+            assert_eq!(
+                live.append(&generator, &snapshot, &f).unwrap(),
+                None,
+                "{policy:?} rebuilt at t={t}"
+            );
+            assert!(
+                live.cache().len() <= 600,
+                "{policy:?}: {}",
+                live.cache().len()
+            );
+            assert_eq!(live.cache().next_position(), live.cache().len() as i64);
+        }
+        live
+    };
+    let sink = run(edgevlm::config::CachePolicy::SinkRecent);
+    let comp = run(edgevlm::config::CachePolicy::Compress);
+    let (vs, vc) = (sink.view(), comp.view());
+    // Both end on the newest frame; compression reaches further back with the same positions.
+    assert_eq!(vc.span.unwrap().1, Duration::from_secs(59));
+    assert!(
+        vc.span.unwrap().0 < vs.span.unwrap().0,
+        "compress starts at {:?}, sink_recent at {:?}",
+        vc.span,
+        vs.span
+    );
+    assert!(
+        vc.frames > vs.frames,
+        "{} vs {} frames",
+        vc.frames,
+        vs.frames
+    );
+    let e = comp.evictions();
+    assert!(e.tokens > 0, "{e:?}");
+    // Every position is a token of the view: the system turn, each item's text and its kept
+    // visual tokens (84 per whole frame here).
+    assert!(vc.visual_tokens < vc.frames * 84);
+    // The newest frame is whole, and a question on the compressed cache is answered.
+    let hidden = generator.engines().decoder().hidden();
+    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    assert!(!greedy(&generator, comp.cache(), &ask.prompt(&[], hidden).unwrap()).is_empty());
 }

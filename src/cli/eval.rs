@@ -22,7 +22,7 @@ pub(crate) struct EvalArgs {
     /// Each clip camera's window in seconds.
     #[arg(long, default_value_t = 60.0)]
     window_secs: f64,
-    /// Live-cache policy of the clip cameras: window or sink_recent.
+    /// Live-cache policy of the clip cameras: window, sink_recent or compress.
     #[arg(long, default_value = "window")]
     cache_policy: String,
     /// Live-cache budget of the clip cameras in positions (default: the model's context less the reserve).
@@ -82,8 +82,11 @@ pub(crate) fn eval(args: EvalArgs) -> ExitCode {
     let policy = match args.cache_policy.as_str() {
         "window" => CachePolicy::Window,
         "sink_recent" => CachePolicy::SinkRecent,
+        "compress" => CachePolicy::Compress,
         other => {
-            eprintln!("edgevlm eval: --cache-policy `{other}`: expected window or sink_recent");
+            eprintln!(
+                "edgevlm eval: --cache-policy `{other}`: expected window, sink_recent or compress"
+            );
             return ExitCode::from(2);
         }
     };

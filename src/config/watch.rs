@@ -107,6 +107,10 @@ pub enum CachePolicy {
     /// The system turn stays (the attention sinks); the oldest frame items are evicted from the
     /// cache itself, the kept positions renumbered by rotary (never recomputed).
     SinkRecent,
+    /// InfiniPot-V's compression: over the budget, the visual tokens of older frames are
+    /// dropped from the cache itself, the most temporally redundant and lowest value-norm first,
+    /// so old footage thins out instead of disappearing (positions renumbered by rotary).
+    Compress,
 }
 
 impl CachePolicy {
@@ -115,6 +119,7 @@ impl CachePolicy {
         match self {
             CachePolicy::Window => "window",
             CachePolicy::SinkRecent => "sink_recent",
+            CachePolicy::Compress => "compress",
         }
     }
 }
@@ -140,6 +145,7 @@ pub(super) fn decode_cache(f: &mut Fields<'_>, sink: &mut Sink) -> CacheConfig {
         &[
             ("window", CachePolicy::Window),
             ("sink_recent", CachePolicy::SinkRecent),
+            ("compress", CachePolicy::Compress),
         ],
         CachePolicy::Window,
         sink,

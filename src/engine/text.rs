@@ -269,6 +269,96 @@ impl PastKv {
     }
 }
 
+impl PastKv {
+    /// Scores for compressing the cache (InfiniPot-V's two criteria, averaged over every layer):
+    /// for each `(a, b)` of `pairs` the cosine similarity of the keys at positions `a` and `b`
+    /// with RoPE taken off (each key turned back to position 0, so the similarity is of the
+    /// tokens, not of where they sit), all heads of a layer as one vector; and for each of
+    /// `positions` the L2 norm of its values, all heads of a layer as one vector. Host memory
+    /// only, like [`PastKv::select`].
+    pub fn scores(
+        &self,
+        pairs: &[(usize, usize)],
+        positions: &[usize],
+        rope: &Rope,
+    ) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
+        if let Some(bad) = pairs
+            .iter()
+            .flat_map(|&(a, b)| [a, b])
+            .chain(positions.iter().copied())
+            .find(|&p| p >= self.len)
+        {
+            return Err(EngineError::input(
+                DECODER,
+                format!("position {bad} to score is past the cache's {}", self.len),
+            ));
+        }
+        let run = |e: ort::Error| EngineError::run(DECODER, e);
+        let layers = (self.values.len() / 2).max(1) as f32;
+        let mut sims = vec![0.0f32; pairs.len()];
+        let mut norms = vec![0.0f32; positions.len()];
+        for (j, value) in self.values.iter().enumerate() {
+            let (shape, data) = value.try_extract_tensor::<f32>().map_err(run)?;
+            let (heads, cached, dim) = match **shape {
+                [1, h, l, d] if l as usize == self.len => (h as usize, l as usize, d as usize),
+                _ => {
+                    return Err(EngineError::run(
+                        DECODER,
+                        format!(
+                            "a cache tensor has shape {shape}, expected [1, heads, {}, dim]",
+                            self.len
+                        ),
+                    ));
+                }
+            };
+            let row =
+                |h: usize, p: usize| &data[(h * cached + p) * dim..(h * cached + p + 1) * dim];
+            if j % 2 == 1 {
+                for (n, &p) in norms.iter_mut().zip(positions) {
+                    let sq: f32 = (0..heads).flat_map(|h| row(h, p)).map(|x| x * x).sum();
+                    *n += sq.sqrt() / layers;
+                }
+                continue;
+            }
+            if dim != 2 * rope.inv_freq.len() {
+                return Err(EngineError::input(
+                    DECODER,
+                    format!(
+                        "keys of width {dim} for rotary pairs of {}",
+                        rope.inv_freq.len()
+                    ),
+                ));
+            }
+            let half = dim / 2;
+            // Keys of one position, all heads, turned back to position 0.
+            let unrotated = |p: usize, out: &mut Vec<f32>| {
+                out.clear();
+                let turn = rope.turn(-(p as i64));
+                for h in 0..heads {
+                    let r = row(h, p);
+                    let at = out.len();
+                    out.extend_from_slice(r);
+                    for (i, &(c, s)) in turn.iter().enumerate() {
+                        let (x1, x2) = (r[i], r[i + half]);
+                        out[at + i] = x1 * c - x2 * s;
+                        out[at + i + half] = x2 * c + x1 * s;
+                    }
+                }
+            };
+            let (mut ka, mut kb) = (Vec::new(), Vec::new());
+            for (sim, &(a, b)) in sims.iter_mut().zip(pairs) {
+                unrotated(a, &mut ka);
+                unrotated(b, &mut kb);
+                let dot: f32 = ka.iter().zip(&kb).map(|(x, y)| x * y).sum();
+                let na: f32 = ka.iter().map(|x| x * x).sum::<f32>().sqrt();
+                let nb: f32 = kb.iter().map(|x| x * x).sum::<f32>().sqrt();
+                *sim += dot / (na * nb).max(f32::MIN_POSITIVE) / layers;
+            }
+        }
+        Ok((sims, norms))
+    }
+}
+
 struct DecoderState {
     session: Session,
     binding: IoBinding,

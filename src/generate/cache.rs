@@ -106,6 +106,17 @@ impl KvCache {
         })
     }
 
+    /// Compression scores of positions ([`crate::engine::PastKv::scores`]): key similarity of
+    /// each pair with RoPE taken off, and value norms, averaged over the layers.
+    pub fn scores(
+        &self,
+        pairs: &[(usize, usize)],
+        positions: &[usize],
+        rope: &crate::engine::Rope,
+    ) -> Result<(Vec<f32>, Vec<f32>), crate::engine::EngineError> {
+        self.kv.scores(pairs, positions, rope)
+    }
+
     /// Whether both are backed by the very same tensors (no copy was made).
     pub fn shares_storage_with(&self, other: &KvCache) -> bool {
         Arc::ptr_eq(&self.kv, &other.kv) || self.kv.same_tensors(&other.kv)

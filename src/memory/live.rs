@@ -35,7 +35,7 @@ pub enum RebuildReason {
 }
 
 /// One frame the cache holds.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Covered {
     seq: u64,
     pts: Duration,
@@ -43,6 +43,30 @@ struct Covered {
     visual: usize,
     /// Positions of its streaming item (template text and kept tokens).
     positions: usize,
+    /// Where in the frame (raster token index) each of its visual tokens in the cache is from.
+    spatial: Arc<[u32]>,
+}
+
+impl Covered {
+    fn of(f: &MemoryFrame, positions: usize) -> Covered {
+        let spatial: Arc<[u32]> = match &f.keep {
+            Some(keep) => keep
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| **k)
+                .map(|(i, _)| i as u32)
+                .collect(),
+            None => (0..f.total as u32).collect(),
+        };
+        Covered {
+            seq: f.seq,
+            pts: f.pts,
+            wall: f.wall,
+            visual: f.kept(),
+            positions,
+            spatial,
+        }
+    }
 }
 
 /// A read-only view of the live cache, as published after each update (cheap to clone: the
@@ -91,6 +115,8 @@ pub struct LiveCache {
     prefix: usize,
     /// Positions of one frame item's template text.
     template: usize,
+    /// Positions of the text after a frame item's visual tokens (`\n<|stream_end|>\n`).
+    tail: usize,
     rebuilds: u64,
     last_rebuild: Option<(RebuildReason, Duration)>,
     evictions: Evictions,
@@ -106,6 +132,8 @@ pub struct Evictions {
     pub frames: u64,
     /// Positions evicted so far.
     pub positions: u64,
+    /// Visual tokens dropped from frames that stay (`compress`).
+    pub tokens: u64,
     /// How long the last one took (the copy of the kept positions).
     pub last: Option<Duration>,
 }
@@ -219,6 +247,7 @@ impl LiveCache {
         Ok(LiveCache {
             prefix: cache.len(),
             template: template_positions(generator),
+            tail: tail_positions(generator),
             opts,
             cache,
             logits,
@@ -258,9 +287,16 @@ impl LiveCache {
             .take_while(|c| oldest_kept.is_some_and(|o| c.seq < o))
             .count();
         let slack_frames = (self.opts.slack * self.opts.window_frames as f64).floor() as usize;
-        if self.opts.policy == CachePolicy::SinkRecent {
+        if matches!(
+            self.opts.policy,
+            CachePolicy::SinkRecent | CachePolicy::Compress
+        ) {
             let over = self.cache.len() + new > self.opts.budget;
-            if (over || stale > slack_frames) && !self.evict(generator, stale, over, new) {
+            let done = |me: &mut Self| match me.opts.policy {
+                CachePolicy::Compress => me.compress(generator, stale, over, new),
+                _ => me.evict(generator, stale, over, new),
+            };
+            if (over || stale > slack_frames) && !done(self) {
                 let reason = if over {
                     RebuildReason::Budget
                 } else {
@@ -270,7 +306,7 @@ impl LiveCache {
                 return Ok(Some(reason));
             }
         }
-        let reason = if self.opts.policy == CachePolicy::SinkRecent {
+        let reason = if self.opts.policy != CachePolicy::Window {
             None
         } else if self.cache.len() + new > self.opts.budget {
             Some(RebuildReason::Budget)
@@ -288,13 +324,7 @@ impl LiveCache {
         self.cache = cache;
         self.logits = logits.into();
         for (f, positions) in frames.iter().zip(lengths) {
-            self.covered.push_back(Covered {
-                seq: f.seq,
-                pts: f.pts,
-                wall: f.wall,
-                visual: f.kept(),
-                positions,
-            });
+            self.covered.push_back(Covered::of(f, positions));
         }
         Ok(None)
     }
@@ -349,6 +379,182 @@ impl LiveCache {
         }
     }
 
+    /// `compress` (InfiniPot-V's TaR and VaN, docs/ARCHITECTURE.md, "Cache policies"): drops the
+    /// `stale` oldest frames whole (they left the memory) and, when `over` the budget, visual
+    /// tokens of every frame but the newest until `new` positions fit in `(1 - slack)` of it. Of
+    /// the candidates, half of those kept are the least temporally redundant (the lowest key
+    /// similarity, RoPE taken off, to the same token of the previous frame held; a token with no
+    /// earlier counterpart counts as new) and the other half the highest value norm of the
+    /// rest. A frame left without visual tokens goes whole. The kept positions are renumbered by
+    /// rotary as under `sink_recent`. `false`: not possible in place (the caller rebuilds).
+    fn compress(&mut self, generator: &Generator, stale: usize, over: bool, new: usize) -> bool {
+        let Some(rope) = generator.engines().decoder().rope() else {
+            return false;
+        };
+        let t0 = Instant::now();
+        let target = ((1.0 - self.opts.slack) * self.opts.budget as f64) as usize;
+        let n_stale = stale.min(self.covered.len());
+        let mut starts = Vec::with_capacity(self.covered.len());
+        let mut at = self.prefix;
+        for c in &self.covered {
+            starts.push(at);
+            at += c.positions;
+        }
+        let stale_positions: usize = self.covered.iter().take(n_stale).map(|c| c.positions).sum();
+        let len = self.cache.len() - stale_positions;
+        let need = if over {
+            (len + new).saturating_sub(target)
+        } else {
+            0
+        };
+        // Candidates: (frame, index among its visual tokens, position), newest frame excluded.
+        let last = self.covered.len().saturating_sub(1);
+        let mut cands: Vec<(usize, usize, usize)> = Vec::new();
+        let mut pairs: Vec<(usize, usize)> = Vec::new();
+        let mut has_pair: Vec<bool> = Vec::new();
+        if need > 0 {
+            let mut held: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+            for (i, (c, &start)) in self.covered.iter().zip(&starts).enumerate().skip(n_stale) {
+                let first = start + c.positions - c.visual - self.tail;
+                for (k, &sp) in c.spatial.iter().enumerate() {
+                    let pos = first + k;
+                    if i < last {
+                        cands.push((i, k, pos));
+                        match held.get(&sp) {
+                            Some(&prev) => {
+                                pairs.push((pos, prev));
+                                has_pair.push(true);
+                            }
+                            None => has_pair.push(false),
+                        }
+                    }
+                    held.insert(sp, pos);
+                }
+            }
+        }
+        let positions: Vec<usize> = cands.iter().map(|c| c.2).collect();
+        let (sims, norms) = if cands.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            match self.cache.scores(&pairs, &positions, rope) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "Cannot score the live cache in place; rebuilding");
+                    return false;
+                }
+            }
+        };
+        // Temporal redundancy per candidate (-1: nothing earlier to repeat).
+        let mut tar = Vec::with_capacity(cands.len());
+        let mut next = sims.iter();
+        for &h in &has_pair {
+            tar.push(if h {
+                *next.next().unwrap_or(&0.0)
+            } else {
+                -1.0
+            });
+        }
+        // InfiniPot-V keeps the union of the least redundant and the highest value norms: a
+        // token's rank is its better place in the two orders, and the worst-ranked go first,
+        // until the positions freed (a token, and its frame's text when it was the frame's last
+        // token) cover what is needed.
+        let mut rank = vec![usize::MAX; cands.len()];
+        let mut by_tar: Vec<usize> = (0..cands.len()).collect();
+        by_tar.sort_by(|&a, &b| tar[a].total_cmp(&tar[b]));
+        let mut by_van: Vec<usize> = (0..cands.len()).collect();
+        by_van.sort_by(|&a, &b| norms[b].total_cmp(&norms[a]));
+        for (r, (&a, &b)) in by_tar.iter().zip(&by_van).enumerate() {
+            rank[a] = rank[a].min(r);
+            rank[b] = rank[b].min(r);
+        }
+        let mut order: Vec<usize> = (0..cands.len()).collect();
+        order.sort_by(|&a, &b| rank[b].cmp(&rank[a]));
+        let mut left: Vec<usize> = self.covered.iter().map(|c| c.visual).collect();
+        let mut lost: Vec<Vec<usize>> = vec![Vec::new(); self.covered.len()];
+        let mut freed = 0;
+        for &c in &order {
+            if freed >= need {
+                break;
+            }
+            let (i, k, _) = cands[c];
+            lost[i].push(k);
+            left[i] -= 1;
+            freed += if left[i] == 0 {
+                1 + self.covered[i].positions - self.covered[i].visual
+            } else {
+                1
+            };
+        }
+        for l in &mut lost {
+            l.sort_unstable();
+        }
+        let mut drops: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut push = |r: std::ops::Range<usize>| match drops.last_mut() {
+            Some(l) if l.end == r.start => l.end = r.end,
+            _ => drops.push(r),
+        };
+        if n_stale > 0 {
+            push(self.prefix..starts[n_stale]);
+        }
+        let mut gone = Vec::new();
+        for (i, ks) in lost.iter().enumerate().skip(n_stale) {
+            let c = &self.covered[i];
+            if ks.len() == c.visual {
+                push(starts[i]..starts[i] + c.positions);
+                gone.push(i);
+            } else {
+                let first = starts[i] + c.positions - c.visual - self.tail;
+                for &k in ks {
+                    push(first + k..first + k + 1);
+                }
+            }
+        }
+        let dropped: usize = drops.iter().map(|r| r.len()).sum();
+        if self.cache.len() - dropped + new > self.opts.budget {
+            return false;
+        }
+        if dropped == 0 {
+            return true;
+        }
+        let cache = match self.cache.evict(&drops, rope) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "Cannot compress the live cache in place; rebuilding");
+                return false;
+            }
+        };
+        self.cache = cache;
+        let mut tokens = 0u64;
+        let mut kept = VecDeque::with_capacity(self.covered.len());
+        for (i, mut c) in std::mem::take(&mut self.covered).into_iter().enumerate() {
+            if i < n_stale || gone.contains(&i) {
+                continue;
+            }
+            if !lost[i].is_empty() {
+                let ks = &lost[i];
+                tokens += ks.len() as u64;
+                c.spatial = c
+                    .spatial
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| !ks.contains(k))
+                    .map(|(_, s)| *s)
+                    .collect();
+                c.visual -= ks.len();
+                c.positions -= ks.len();
+            }
+            kept.push_back(c);
+        }
+        self.covered = kept;
+        let e = &mut self.evictions;
+        e.count += 1;
+        e.frames += (n_stale + gone.len()) as u64;
+        e.tokens += tokens;
+        e.positions += dropped as u64;
+        e.last = Some(t0.elapsed());
+        true
+    }
+
     /// Rebuilds the cache from memory: the system turn and the newest frames that fit in
     /// `(1 - slack)` of the budget, in one prefill.
     pub fn rebuild(
@@ -397,13 +603,7 @@ impl LiveCache {
         self.covered = frames
             .iter()
             .zip(lengths)
-            .map(|(f, positions)| Covered {
-                seq: f.seq,
-                pts: f.pts,
-                wall: f.wall,
-                visual: f.kept(),
-                positions,
-            })
+            .map(|(f, positions)| Covered::of(f, positions))
             .collect();
         self.rebuilds += 1;
         self.last_rebuild = Some((reason, t0.elapsed()));
@@ -474,6 +674,24 @@ pub(crate) fn stream_timestamps(generator: &Generator) -> bool {
         .manifest()
         .chat_template
         .stream_timestamps
+}
+
+/// Positions of the text after a frame item's visual tokens (the same for every item).
+pub(crate) fn tail_positions(generator: &Generator) -> usize {
+    let item = render::videollama3_stream_frame(1, None).map(|r| r.segments().to_vec());
+    let tok = generator.engines().tokenizer();
+    let mut ids = Vec::new();
+    let segments = item.unwrap_or_default();
+    let after = segments
+        .iter()
+        .position(|s| matches!(s, render::Segment::Visual { .. }))
+        .map_or(segments.len(), |i| i + 1);
+    for s in &segments[after..] {
+        if let render::Segment::Text(text, mode) = s {
+            tok.encode_into(text, *mode, &mut ids);
+        }
+    }
+    ids.len()
 }
 
 /// Positions of one frame item's template text (measured on the tokenizer once; with time text,

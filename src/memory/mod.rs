@@ -191,6 +191,8 @@ pub struct WatchStats {
     pub rebuilds: AtomicU64,
     /// Frames evicted from the live cache in place (`cache_policy = "sink_recent"`).
     pub evicted_frames: AtomicU64,
+    /// Visual tokens dropped from frames the live cache keeps (`cache_policy = "compress"`).
+    pub compressed_tokens: AtomicU64,
     /// Positions in the live cache.
     pub cache_positions: AtomicU64,
     /// Bytes of the live cache's tensors.
@@ -256,6 +258,10 @@ pub struct MemoryReport {
     /// Frames evicted from the live cache in place (`sink_recent`; absent in older reports).
     #[serde(default)]
     pub evicted_frames: u64,
+    /// Visual tokens dropped from frames the live cache keeps (`compress`; absent in older
+    /// reports).
+    #[serde(default)]
+    pub compressed_tokens: u64,
     /// Frames run through the vision encoder.
     pub frames_encoded: u64,
     /// Frames that reused the previous frame's features.
@@ -296,6 +302,12 @@ impl MemoryReport {
         line.push_str(&format!(", {} rebuilds", self.rebuilds));
         if self.evicted_frames > 0 {
             line.push_str(&format!(", {} frames evicted", self.evicted_frames));
+        }
+        if self.compressed_tokens > 0 {
+            line.push_str(&format!(
+                ", {} tokens compressed away",
+                self.compressed_tokens
+            ));
         }
         line.push_str(&format!(" | narrations {}", self.narrations));
         if self.narrations_skipped > 0 {
@@ -409,6 +421,7 @@ impl CameraMemory {
             cache_planned_bytes: get(&s.cache_planned_bytes),
             rebuilds: get(&s.rebuilds),
             evicted_frames: get(&s.evicted_frames),
+            compressed_tokens: get(&s.compressed_tokens),
             frames_encoded: get(&s.frames_encoded),
             frames_reused: get(&s.frames_reused),
             frames_missed: get(&s.frames_missed),

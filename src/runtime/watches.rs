@@ -184,14 +184,13 @@ impl Watches {
                 continue;
             }
             let cache = cam.config.cache;
-            if cache.policy == CachePolicy::SinkRecent
-                && generator.engines().decoder().rope().is_none()
+            if cache.policy != CachePolicy::Window && generator.engines().decoder().rope().is_none()
             {
                 tracing::warn!(
-                    camera = %id,
-                    "cache_policy = \"sink_recent\" needs the model's rotary settings (manifest \
-                     text.rope_theta) to evict in place; this model gives none, so the cache is \
-                     rebuilt from memory instead"
+                    camera = %id, policy = cache.policy.name(),
+                    "This cache_policy needs the model's rotary settings (manifest \
+                     text.rope_theta) to drop positions in place; this model gives none, so the \
+                     cache is rebuilt from memory instead"
                 );
             }
             if let Some(b) = cache.budget.filter(|&b| b as usize > self.budget) {

@@ -466,7 +466,7 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
         &'static str,
         fn(&WatchStats) -> &AtomicU64,
     );
-    let counters: [Counter; 16] = [
+    let counters: [Counter; 17] = [
         (
             "edgevlm_memory_frames_encoded_total",
             "counter",
@@ -502,6 +502,12 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
             "counter",
             "Frames evicted from the live KV cache in place (cache_policy sink_recent).",
             |s| &s.evicted_frames,
+        ),
+        (
+            "edgevlm_memory_cache_compressed_tokens_total",
+            "counter",
+            "Visual tokens dropped from frames the live KV cache keeps (cache_policy compress).",
+            |s| &s.compressed_tokens,
         ),
         (
             "edgevlm_memory_frames",

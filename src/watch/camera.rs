@@ -467,6 +467,10 @@ impl CameraWatch {
             live.evictions().frames,
             std::sync::atomic::Ordering::Relaxed,
         );
+        self.memory.stats.compressed_tokens.store(
+            live.evictions().tokens,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         match result {
             Ok(rebuilt) => {
                 if let Some(reason) = rebuilt {
