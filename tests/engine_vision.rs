@@ -135,3 +135,108 @@ fn warming_up_runs_the_vision_encoder_per_geometry_and_the_decoder_once() {
     );
     assert_eq!(progress.done(), 3);
 }
+
+/// Encodes each request's frames on its own thread, all at once (the first request a little
+/// ahead of the others when `first_ahead`); each thread's features and when it got them.
+fn concurrently(
+    e: &std::sync::Arc<Engines>,
+    requests: Vec<(u32, u32, Vec<Vec<u8>>)>,
+    first_ahead: bool,
+) -> Vec<(edgevlm::engine::VisualTokens, std::time::Instant)> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(requests.len()));
+    let threads: Vec<_> = requests
+        .into_iter()
+        .enumerate()
+        .map(|(i, (w, h, frames))| {
+            let (e, barrier) = (e.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+                barrier.wait();
+                if first_ahead && i > 0 {
+                    // Queued behind the first (its run is 8 runs long).
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                let out = e.vision().encode(&refs, w, h).unwrap();
+                (out, std::time::Instant::now())
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn cameras_share_vision_runs_and_each_gets_its_own_features() {
+    let mut opts = engine_common::options(&engine_common::tiny_dir());
+    opts.engine.vision_batch_frames = 4;
+    // Long enough that the four threads meet in one run on a loaded machine.
+    opts.engine.vision_batch_wait_ms = Some(50);
+    let e = std::sync::Arc::new(Engines::load(&opts).unwrap());
+    let frames: Vec<Vec<u8>> = (0..4).map(|i| frame(84, 56, 10 + i)).collect();
+    let alone: Vec<_> = frames
+        .iter()
+        .map(|f| e.vision().encode(&[f], 84, 56).unwrap())
+        .collect();
+    let before = e.vision().batch_counts();
+    let out = concurrently(
+        &e,
+        frames.iter().map(|f| (84, 56, vec![f.clone()])).collect(),
+        false,
+    );
+    let after = e.vision().batch_counts();
+    for (i, (tokens, _)) in out.iter().enumerate() {
+        assert_eq!(tokens.frames(), 1);
+        let d = max_abs_diff(tokens.frame(0), alone[i].frame(0));
+        assert!(
+            d <= 1e-5,
+            "camera {i}'s features differ by {d:e} in a shared run"
+        );
+    }
+    assert_eq!(after.frames - before.frames, 4);
+    assert!(
+        after.runs - before.runs < 4 && after.shared_runs > before.shared_runs,
+        "no run was shared: {before:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn a_camera_with_a_backlog_does_not_hold_back_another_or_another_geometry() {
+    let mut opts = engine_common::options(&engine_common::tiny_dir());
+    opts.engine.vision_batch_frames = 4;
+    opts.engine.vision_batch_wait_ms = Some(20);
+    let e = std::sync::Arc::new(Engines::load(&opts).unwrap());
+    let backlog: Vec<Vec<u8>> = (0..32).map(|i| frame(112, 84, i)).collect();
+    let one = vec![frame(112, 84, 99)];
+    let other = vec![frame(56, 56, 7)];
+    let out = concurrently(
+        &e,
+        vec![
+            (112, 84, backlog.clone()),
+            (112, 84, one.clone()),
+            (56, 56, other.clone()),
+        ],
+        true,
+    );
+    assert_eq!(out[0].0.frames(), 32);
+    // Every frame's features are its own, wherever in the runs it went.
+    let check = |tokens: &edgevlm::engine::VisualTokens, frames: &[Vec<u8>], w, h| {
+        for (i, f) in frames.iter().enumerate() {
+            let alone = e.vision().encode(&[f], w, h).unwrap();
+            assert!(
+                max_abs_diff(tokens.frame(i), alone.frame(0)) <= 1e-5,
+                "frame {i}"
+            );
+        }
+    };
+    check(&out[0].0, &backlog, 112, 84);
+    check(&out[1].0, &one, 112, 84);
+    check(&out[2].0, &other, 56, 56);
+    // The single frame and the other geometry were served while the backlog's 8 runs went on.
+    assert!(
+        out[1].1 < out[0].1,
+        "the one frame waited for the whole backlog"
+    );
+    assert!(
+        out[2].1 < out[0].1,
+        "the other geometry waited for the whole backlog"
+    );
+}

@@ -92,6 +92,10 @@ pub struct EngineConfig {
     pub threads: u32,
     /// Most frames per vision encoder run.
     pub vision_batch_frames: u32,
+    /// How long a vision encoder run waits for other cameras' frames to join it, in
+    /// milliseconds (frames already queued always share a run); `None`: by the vision provider
+    /// ([`EngineConfig::vision_batch_wait`]).
+    pub vision_batch_wait_ms: Option<u32>,
     /// Most tokens per decoder run while prefilling.
     pub prefill_chunk_tokens: u32,
     /// `[engine.tensorrt]`.
@@ -114,10 +118,25 @@ impl Default for EngineConfig {
             device_id: 0,
             threads: 0,
             vision_batch_frames: 4,
+            vision_batch_wait_ms: None,
             prefill_chunk_tokens: 512,
             tensorrt: TensorRtSettings::default(),
             device_memory_mib: None,
         }
+    }
+}
+
+impl EngineConfig {
+    /// How long a vision run waits for other cameras' frames: `vision_batch_wait_ms`, else 3 ms
+    /// on a GPU provider and none on the CPU, where shared runs gain little (`cargo bench
+    /// --bench cameras`: 1.1x at 8 cameras on two threads) and waiting would add latency.
+    pub fn vision_batch_wait(&self) -> std::time::Duration {
+        let provider = self.vision_provider.unwrap_or(self.provider);
+        let ms = self.vision_batch_wait_ms.unwrap_or(match provider {
+            ProviderKind::Cpu => 0,
+            ProviderKind::Cuda | ProviderKind::TensorRt => 3,
+        });
+        std::time::Duration::from_millis(u64::from(ms))
     }
 }
 
@@ -142,6 +161,10 @@ pub(crate) fn decode_engine(
     range(&f, "threads", threads, 0, 256, sink);
     let vision_batch_frames: u32 = f.get("vision_batch_frames", d.vision_batch_frames, sink);
     range(&f, "vision_batch_frames", vision_batch_frames, 1, 64, sink);
+    let vision_batch_wait_ms: Option<u32> = f.opt("vision_batch_wait_ms", sink);
+    if let Some(ms) = vision_batch_wait_ms {
+        range(&f, "vision_batch_wait_ms", ms, 0, 100, sink);
+    }
     let prefill_chunk_tokens: u32 = f.get("prefill_chunk_tokens", d.prefill_chunk_tokens, sink);
     range(
         &f,
@@ -170,6 +193,7 @@ pub(crate) fn decode_engine(
         device_id,
         threads,
         vision_batch_frames,
+        vision_batch_wait_ms,
         prefill_chunk_tokens,
         tensorrt,
         device_memory_mib,

@@ -39,7 +39,7 @@ pub use tensorrt::{
 };
 pub use text::{Decoder, DecoderOutput, Embedder, LogitRows, PastKv, Rope};
 pub use tokenizer::{SpecialText, Tokenizer};
-pub use vision::{VisionEncoder, VisualTokens};
+pub use vision::{BatchCounts, VisionEncoder, VisualTokens};
 pub use warm::{BuildReport, build_engines, warm_up};
 
 use crate::config::EngineConfig;
@@ -194,6 +194,7 @@ impl Engines {
             vision_session,
             &manifest,
             e.vision_batch_frames as usize,
+            e.vision_batch_wait(),
             stats.clone(),
         );
         let embedder = Embedder::new(embed_session, &manifest, stats.clone());

@@ -1,16 +1,19 @@
 //! The vision encoder: packed RGB frames in, visual tokens `[T, N, hidden]` out.
 //!
 //! Normalisation happens here (the graph takes normalised `pixel_values`): a 256-entry table per
-//! channel turns `(v/255 - mean) / std` into one lookup, and the planar input buffer is kept between
-//! calls, so encoding a frame allocates only its output.
+//! channel turns `(v/255 - mean) / std` into one lookup. Cameras share runs (`run_shared`,
+//! docs/ARCHITECTURE.md, "Batching across cameras"): each caller normalises its frames into its own
+//! buffer, which a run takes as it is when it holds that caller's frames alone. With
+//! `vision_batch_frames = 1` every call runs on its own from one buffer kept between calls.
 
 use super::error::EngineError;
 use super::manifest::Manifest;
 use super::stats::EngineStats;
 use ort::session::Session;
 use ort::value::TensorRef;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 const MODEL: &str = "vision encoder";
 
@@ -84,9 +87,51 @@ struct State {
     pixels: Vec<f32>,
 }
 
+/// One caller's frames waiting for an encoder run (cross-camera batching).
+struct Request {
+    id: u64,
+    size: (usize, usize),
+    frames: usize,
+    /// Normalised planar input of all its frames.
+    pixels: Vec<f32>,
+    /// Frames already run, and their features so far.
+    done: usize,
+    out: Vec<f32>,
+}
+
+/// Requests of every camera, and whether one caller is running a batch for all.
+#[derive(Default)]
+struct Queue {
+    next_id: u64,
+    pending: VecDeque<Request>,
+    finished: HashMap<u64, Result<Vec<f32>, String>>,
+    leading: bool,
+    /// Who encoded lately (thread, when): a run waits for others only when there are others.
+    callers: Vec<(std::thread::ThreadId, Instant)>,
+}
+
+/// Callers seen within this long count as cameras that may join a run.
+const CALLERS_WINDOW: Duration = Duration::from_secs(2);
+
+/// How much a batch took from the queue.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchCounts {
+    /// Encoder runs.
+    pub runs: u64,
+    /// Frames in them.
+    pub frames: u64,
+    /// Runs that held frames of more than one caller.
+    pub shared_runs: u64,
+}
+
 /// The vision encoder session with its normalisation.
 pub struct VisionEncoder {
     state: Mutex<State>,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    /// How long a run waits for other cameras' frames to join it.
+    batch_wait: Duration,
+    counts: Mutex<BatchCounts>,
     lut: [[f32; 256]; 3],
     input: String,
     output: String,
@@ -111,6 +156,7 @@ impl VisionEncoder {
         session: Session,
         m: &Manifest,
         max_batch: usize,
+        batch_wait: Duration,
         stats: Arc<EngineStats>,
     ) -> VisionEncoder {
         let mut lut = [[0f32; 256]; 3];
@@ -128,6 +174,10 @@ impl VisionEncoder {
                 session,
                 pixels: Vec::new(),
             }),
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+            batch_wait,
+            counts: Mutex::new(BatchCounts::default()),
             lut,
             input: m.vision.input.clone(),
             output: m.vision.output.clone(),
@@ -202,48 +252,268 @@ impl VisionEncoder {
         }
         let tokens = (w / px as usize) * (h / px as usize);
         let per_frame = tokens * self.hidden;
-        let mut data = Vec::with_capacity(frames.len() * per_frame);
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let State { session, pixels } = &mut *state;
-        for batch in frames.chunks(self.max_batch) {
-            let plane = w * h;
-            pixels.resize(batch.len() * 3 * plane, 0.0);
-            for (frame, out) in batch.iter().zip(pixels.chunks_exact_mut(3 * plane)) {
-                self.normalize_into(frame, out);
-            }
-            // Normalisation is excluded: the stage time is what the provider costs.
-            let started = Instant::now();
-            let shape = [batch.len(), 3, h, w];
-            // Borrowed: ONNX Runtime reads the reused buffer in place on the CPU.
-            let input = TensorRef::from_array_view((shape, &pixels[..]))
-                .map_err(|e| EngineError::run(MODEL, e))?;
-            let outputs = session
-                .run(ort::inputs![self.input.as_str() => input])
-                .map_err(|e| EngineError::run(MODEL, e))?;
-            let value = outputs
-                .get(&self.output)
-                .ok_or_else(|| EngineError::run(MODEL, format!("no output `{}`", self.output)))?;
-            let (out_shape, out) = value
-                .try_extract_tensor::<f32>()
-                .map_err(|e| EngineError::run(MODEL, e))?;
-            let want = [batch.len() as i64, tokens as i64, self.hidden as i64];
-            if **out_shape != want {
-                return Err(EngineError::run(
-                    MODEL,
-                    format!(
-                        "output `{}` has shape {out_shape}, expected {want:?} for {width}x{height}",
-                        self.output
-                    ),
-                ));
-            }
-            data.extend_from_slice(out);
-            self.stats.record_vision(batch.len(), started.elapsed());
-        }
+        let data = if self.max_batch == 1 {
+            self.run_alone(frames, w, h, tokens)?
+        } else {
+            self.run_shared(frames, w, h)?
+        };
+        debug_assert_eq!(data.len(), frames.len() * per_frame);
         Ok(VisualTokens {
             frames: frames.len(),
             tokens_per_frame: tokens,
             hidden: self.hidden,
             data,
         })
+    }
+
+    /// Runs, encoder runs that held frames of several callers, and frames, so far.
+    pub fn batch_counts(&self) -> BatchCounts {
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Encodes `frames` in runs of at most `max_batch` frames, holding the session throughout.
+    fn run_alone(
+        &self,
+        frames: &[&[u8]],
+        w: usize,
+        h: usize,
+        tokens: usize,
+    ) -> Result<Vec<f32>, EngineError> {
+        let plane = w * h;
+        let mut data = Vec::with_capacity(frames.len() * tokens * self.hidden);
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let State { session, pixels } = &mut *state;
+        for batch in frames.chunks(self.max_batch) {
+            pixels.resize(batch.len() * 3 * plane, 0.0);
+            for (frame, out) in batch.iter().zip(pixels.chunks_exact_mut(3 * plane)) {
+                self.normalize_into(frame, out);
+            }
+            self.run_session(session, &pixels[..], batch.len(), w, h, tokens, &mut data)?;
+            self.count(batch.len(), false);
+        }
+        Ok(data)
+    }
+
+    /// Cross-camera batching: the frames join a queue every camera shares; whoever finds no run
+    /// in progress runs one for everybody, after waiting up to `batch_wait` for the batch to
+    /// fill. A run takes the first request's geometry and gives every waiting request of that
+    /// geometry a share of `max_batch` (what is left in queue order); what a run leaves of its
+    /// requests goes to the back of the queue, so a camera with a backlog cannot hold the others
+    /// back for more than one run, whatever their geometry.
+    fn run_shared(&self, frames: &[&[u8]], w: usize, h: usize) -> Result<Vec<f32>, EngineError> {
+        let plane = w * h;
+        // Normalised outside any lock, by the caller's own thread.
+        let mut pixels = vec![0.0f32; frames.len() * 3 * plane];
+        for (frame, out) in frames.iter().zip(pixels.chunks_exact_mut(3 * plane)) {
+            self.normalize_into(frame, out);
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let (me, now) = (std::thread::current().id(), Instant::now());
+        q.callers
+            .retain(|(t, at)| *t != me && now.duration_since(*at) < CALLERS_WINDOW);
+        q.callers.push((me, now));
+        let id = q.next_id;
+        q.next_id += 1;
+        q.pending.push_back(Request {
+            id,
+            size: (w, h),
+            frames: frames.len(),
+            pixels,
+            done: 0,
+            out: Vec::new(),
+        });
+        self.ready.notify_all();
+        loop {
+            if let Some(result) = q.finished.remove(&id) {
+                return result.map_err(|e| EngineError::run(MODEL, e));
+            }
+            if q.leading {
+                q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+            } else {
+                q.leading = true;
+                q = self.lead(q);
+            }
+        }
+    }
+
+    /// One batched run for the queue (the caller leads; the guard comes back with `leading` off).
+    fn lead<'a>(
+        &'a self,
+        mut q: std::sync::MutexGuard<'a, Queue>,
+    ) -> std::sync::MutexGuard<'a, Queue> {
+        let waiting = |q: &Queue| -> usize {
+            let Some(head) = q.pending.front() else {
+                return 0;
+            };
+            q.pending
+                .iter()
+                .filter(|r| r.size == head.size)
+                .map(|r| r.frames - r.done)
+                .sum()
+        };
+        // Alone (one camera lately), a wait would only add latency.
+        let deadline = Instant::now() + self.batch_wait;
+        // Nor is there anything to wait for once every recent camera has a request in.
+        while q.callers.len() > 1
+            && q.pending.len() < q.callers.len()
+            && waiting(&q) < self.max_batch
+        {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            q = self
+                .ready
+                .wait_timeout(q, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        // The batch: the oldest request's geometry, a fair share each, then arrival order.
+        let Some(size) = q.pending.front().map(|r| r.size) else {
+            q.leading = false;
+            return q;
+        };
+        let same: Vec<usize> = (0..q.pending.len())
+            .filter(|&i| q.pending[i].size == size)
+            .collect();
+        let share = (self.max_batch / same.len()).max(1);
+        let mut take = vec![0usize; q.pending.len()];
+        let mut room = self.max_batch;
+        for &i in &same {
+            let n = (q.pending[i].frames - q.pending[i].done)
+                .min(share)
+                .min(room);
+            take[i] = n;
+            room -= n;
+        }
+        for &i in &same {
+            let n = (q.pending[i].frames - q.pending[i].done - take[i]).min(room);
+            take[i] += n;
+            room -= n;
+        }
+        let (w, h) = size;
+        let plane = 3 * w * h;
+        let frames: usize = take.iter().sum();
+        let mut parts = Vec::new();
+        let whole = take
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>();
+        let input = match whole[..] {
+            // One caller's whole request: its buffer as it is, no copy.
+            [i] if q.pending[i].done == 0 && take[i] == q.pending[i].frames => {
+                parts.push((q.pending[i].id, take[i]));
+                std::mem::take(&mut q.pending[i].pixels)
+            }
+            _ => {
+                let mut input = Vec::with_capacity(frames * plane);
+                for &i in &whole {
+                    let (r, n) = (&q.pending[i], take[i]);
+                    input.extend_from_slice(&r.pixels[r.done * plane..(r.done + n) * plane]);
+                    parts.push((r.id, n));
+                }
+                input
+            }
+        };
+        drop(q);
+        let tokens = (w / self.token_px as usize) * (h / self.token_px as usize);
+        let mut out = Vec::with_capacity(frames * tokens * self.hidden);
+        let result = {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            self.run_session(&mut state.session, &input, frames, w, h, tokens, &mut out)
+        };
+        self.count(frames, parts.len() > 1);
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let per_frame = tokens * self.hidden;
+        let served_ids: Vec<u64> = parts.iter().map(|(id, _)| *id).collect();
+        let mut at = 0;
+        for (id, n) in parts {
+            let Some(i) = q.pending.iter().position(|r| r.id == id) else {
+                continue;
+            };
+            let complete = match &result {
+                Ok(()) => {
+                    let r = &mut q.pending[i];
+                    r.out
+                        .extend_from_slice(&out[at * per_frame..(at + n) * per_frame]);
+                    r.done += n;
+                    at += n;
+                    r.done == r.frames
+                }
+                Err(_) => true,
+            };
+            if complete && let Some(r) = q.pending.remove(i) {
+                let value = match &result {
+                    Ok(()) => Ok(r.out),
+                    Err(e) => Err(e.to_string()),
+                };
+                q.finished.insert(r.id, value);
+            }
+        }
+        // Round robin: what this run left of its requests goes behind the others, so the next
+        // run starts with the oldest request it did not serve (another geometry included).
+        let mut served = Vec::new();
+        for id in &served_ids {
+            if let Some(i) = q.pending.iter().position(|r| r.id == *id)
+                && let Some(r) = q.pending.remove(i)
+            {
+                served.push(r);
+            }
+        }
+        q.pending.extend(served);
+        q.leading = false;
+        self.ready.notify_all();
+        q
+    }
+
+    /// One session run over `n` normalised frames in `input`; appends their features to `data`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_session(
+        &self,
+        session: &mut Session,
+        input: &[f32],
+        n: usize,
+        w: usize,
+        h: usize,
+        tokens: usize,
+        data: &mut Vec<f32>,
+    ) -> Result<(), EngineError> {
+        // Normalisation is excluded: the stage time is what the provider costs.
+        let started = Instant::now();
+        let shape = [n, 3, h, w];
+        // Borrowed: ONNX Runtime reads the buffer in place on the CPU.
+        let value =
+            TensorRef::from_array_view((shape, input)).map_err(|e| EngineError::run(MODEL, e))?;
+        let outputs = session
+            .run(ort::inputs![self.input.as_str() => value])
+            .map_err(|e| EngineError::run(MODEL, e))?;
+        let value = outputs
+            .get(&self.output)
+            .ok_or_else(|| EngineError::run(MODEL, format!("no output `{}`", self.output)))?;
+        let (out_shape, out) = value
+            .try_extract_tensor::<f32>()
+            .map_err(|e| EngineError::run(MODEL, e))?;
+        let want = [n as i64, tokens as i64, self.hidden as i64];
+        if **out_shape != want {
+            return Err(EngineError::run(
+                MODEL,
+                format!(
+                    "output `{}` has shape {out_shape}, expected {want:?} for {w}x{h}",
+                    self.output
+                ),
+            ));
+        }
+        data.extend_from_slice(out);
+        self.stats.record_vision(n, started.elapsed());
+        Ok(())
+    }
+
+    fn count(&self, frames: usize, shared: bool) {
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        c.runs += 1;
+        c.frames += frames as u64;
+        c.shared_runs += u64::from(shared);
     }
 }
