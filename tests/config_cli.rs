@@ -255,3 +255,48 @@ fn config_doc_lists_every_key() {
         }
     }
 }
+
+#[test]
+fn a_cache_policy_the_model_cannot_run_is_refused_by_validate() {
+    // The tiny model without its rotary settings: keys cannot be renumbered in place.
+    let dir = std::env::temp_dir().join(format!("edgevlm-norope-{}", std::process::id()));
+    let model = dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+    for entry in std::fs::read_dir(&tiny).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
+    }
+    let manifest = std::fs::read_to_string(model.join("manifest.toml")).unwrap();
+    let without: String = manifest
+        .lines()
+        .filter(|l| !l.starts_with("rope_theta"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(without, manifest);
+    std::fs::write(model.join("manifest.toml"), without).unwrap();
+    let file = dir.join("edgevlm.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[engine]\nmodel_dir = \"{}\"\n[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n\
+             [[cameras]]\nid = \"b\"\nuri = \"test://ball\"\ncache_policy = \"compress\"\n",
+            model.display()
+        ),
+    )
+    .unwrap();
+    let out = edgevlm()
+        .args(["validate", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "cameras[1].cache_policy: camera b: `compress` renumbers cached keys by rotary"
+        ) && stderr.contains("gives no text.rope_theta"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cameras[0]"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}

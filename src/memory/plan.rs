@@ -106,6 +106,8 @@ pub struct Plan {
     pub bytes_per_position: u64,
     /// The model's context.
     pub max_context: usize,
+    /// Whether the manifest gives the rotary settings `sink_recent` and `compress` need.
+    pub rope: bool,
     /// `memory.reserve_tokens`.
     pub reserve: usize,
     /// Positions of the system turn every cache starts with.
@@ -268,6 +270,7 @@ impl Plan {
             holder,
             bytes_per_position: bpp,
             max_context,
+            rope: t.rope_theta.is_some(),
             reserve,
             prefix_positions: prefix,
             cameras,
@@ -291,7 +294,8 @@ impl Plan {
     }
 
     /// Why the configuration cannot work on this model, as (key path, reason) pairs: a camera whose
-    /// budget cannot hold one frame, a total over the device's memory.
+    /// budget cannot hold one frame, a cache policy the model cannot run, a total over the
+    /// device's memory.
     pub fn problems(&self, config: &Config) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for c in &self.cameras {
@@ -300,6 +304,18 @@ impl Plan {
                 .iter()
                 .position(|k| k.id == c.camera)
                 .unwrap_or(0);
+            if c.policy != "window" && !self.rope {
+                out.push((
+                    format!("cameras[{index}].cache_policy"),
+                    format!(
+                        "camera {}: `{}` renumbers cached keys by rotary and {} gives no \
+                         text.rope_theta in its manifest; use \"window\"",
+                        c.camera,
+                        c.policy,
+                        self.model.display()
+                    ),
+                ));
+            }
             let need = self.prefix_positions + c.frame_positions;
             if c.budget < need {
                 let key = if config.cameras[index].cache.budget.is_some() {
