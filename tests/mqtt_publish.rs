@@ -226,6 +226,9 @@ async fn camera_status_is_retained_for_a_late_subscriber() {
     for (endpoint, port) in brokers {
         let (publisher, _connection) = start(&config(&format!("status-{port}")), endpoint.clone());
         let stats = Subscriber::start_as(port, &["edgevlm/+/stats"], login_of(&endpoint)).await;
+        // Stats are not queued while the broker is unreachable (by design): publish once the
+        // client is connected, or a slow start drops them and the count below is short.
+        assert!(common::wait_until(Duration::from_secs(30), || publisher.is_connected()).await);
         publisher.status(&report("door"));
         publisher.status(&report("yard"));
         // The figures change on every report; the status only when the camera's facts do.
