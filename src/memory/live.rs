@@ -381,11 +381,11 @@ impl LiveCache {
 
     /// `compress` (InfiniPot-V's TaR and VaN, docs/ARCHITECTURE.md, "Cache policies"): drops the
     /// `stale` oldest frames whole (they left the memory) and, when `over` the budget, visual
-    /// tokens of every frame but the newest until `new` positions fit in `(1 - slack)` of it. Of
-    /// the candidates, half of those kept are the least temporally redundant (the lowest key
-    /// similarity, RoPE taken off, to the same token of the previous frame held; a token with no
-    /// earlier counterpart counts as new) and the other half the highest value norm of the
-    /// rest. A frame left without visual tokens goes whole. The kept positions are renumbered by
+    /// tokens of every frame but the newest until `new` positions fit in `(1 - slack)` of it. What
+    /// stays is the union of the least temporally redundant (the lowest key similarity, RoPE
+    /// taken off, to the same token of the previous frame held; a token with no earlier
+    /// counterpart counts as new) and the highest value norms: each token ranks by its better
+    /// place in the two orders, the worst go first. A frame left without visual tokens goes whole. The kept positions are renumbered by
     /// rotary as under `sink_recent`. `false`: not possible in place (the caller rebuilds).
     fn compress(&mut self, generator: &Generator, stale: usize, over: bool, new: usize) -> bool {
         let Some(rope) = generator.engines().decoder().rope() else {
