@@ -161,7 +161,17 @@ impl Drop for RtspServer {
     fn drop(&mut self) {
         self.main_loop.quit();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // Bounded: a test that failed (and unwinds through this) must end as a failure,
+            // not hang on a server thread busy with a client it will never hear from again.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                eprintln!("the RTSP test server did not stop within 10 s; its thread is left");
+            }
         }
     }
 }
