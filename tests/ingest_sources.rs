@@ -37,25 +37,33 @@ fn every_template_instantiates_where_its_elements_exist() {
 
 /// A 4 s, 15 fps H.264 file made with GStreamer itself.
 fn h264_file() -> std::path::PathBuf {
-    gst::init().unwrap();
     let path = std::env::temp_dir().join(format!("edgevlm-src-{}.mp4", std::process::id()));
+    write_h264(&path, 60, 15, "");
+    path
+}
+
+/// Writes `frames` of 320x240 `videotestsrc pattern=ball` at `fps` through x264 (ultrafast, and
+/// `x264` options) to an MP4 file with GStreamer itself.
+fn write_h264(path: &std::path::Path, frames: u32, fps: u32, x264: &str) {
+    gst::init().unwrap();
     let p = gst::parse::launch(&format!(
-        "videotestsrc num-buffers=60 pattern=ball ! video/x-raw,width=320,height=240,framerate=15/1 \
-         ! x264enc speed-preset=ultrafast ! h264parse ! mp4mux ! filesink location={}",
+        "videotestsrc num-buffers={frames} pattern=ball \
+         ! video/x-raw,width=320,height=240,framerate={fps}/1 \
+         ! x264enc speed-preset=ultrafast {x264} ! h264parse ! mp4mux ! filesink location={}",
         path.display()
     ))
     .unwrap();
     p.set_state(gst::State::Playing).unwrap();
-    let bus = p.bus().unwrap();
-    let msg = bus
+    let msg = p
+        .bus()
+        .unwrap()
         .timed_pop_filtered(
-            gst::ClockTime::from_seconds(30),
+            gst::ClockTime::from_seconds(60),
             &[gst::MessageType::Eos, gst::MessageType::Error],
         )
         .expect("file written in time");
     assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
     p.set_state(gst::State::Null).unwrap();
-    path
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,27 +117,13 @@ async fn a_fixed_geometry_from_the_config_is_used_as_is() {
 
 /// `secs` seconds of a 30 fps H.264 file with a keyframe every `keyint` frames (no B-frames).
 fn h264_gop_file(name: &str, secs: u32, keyint: u32) -> std::path::PathBuf {
-    gst::init().unwrap();
     let path = std::env::temp_dir().join(format!("edgevlm-gop-{}-{name}.mp4", std::process::id()));
-    let p = gst::parse::launch(&format!(
-        "videotestsrc num-buffers={} pattern=ball ! video/x-raw,width=320,height=240,framerate=30/1 \
-         ! x264enc speed-preset=ultrafast key-int-max={keyint} bframes=0 ! h264parse ! mp4mux \
-         ! filesink location={}",
+    write_h264(
+        &path,
         secs * 30,
-        path.display()
-    ))
-    .unwrap();
-    p.set_state(gst::State::Playing).unwrap();
-    let msg = p
-        .bus()
-        .unwrap()
-        .timed_pop_filtered(
-            gst::ClockTime::from_seconds(60),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        )
-        .expect("file written in time");
-    assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
-    p.set_state(gst::State::Null).unwrap();
+        30,
+        &format!("key-int-max={keyint} bframes=0"),
+    );
     path
 }
 

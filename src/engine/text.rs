@@ -184,7 +184,55 @@ impl Rope {
     }
 }
 
+impl Rope {
+    /// Whether keys of width `dim` are this RoPE's rotary pairs.
+    fn check_width(&self, dim: usize) -> Result<(), EngineError> {
+        if dim == 2 * self.inv_freq.len() {
+            return Ok(());
+        }
+        Err(EngineError::input(
+            DECODER,
+            format!(
+                "keys of width {dim} for rotary pairs of {}",
+                self.inv_freq.len()
+            ),
+        ))
+    }
+}
+
+/// Appends `row` (one head's key) turned by `turn`: the pair `(i, i + d/2)` rotated by its angle.
+fn push_turned(row: &[f32], turn: &[(f32, f32)], out: &mut Vec<f32>) {
+    let half = row.len() / 2;
+    let at = out.len();
+    out.extend_from_slice(row);
+    for (i, &(c, s)) in turn.iter().enumerate() {
+        let (x1, x2) = (row[i], row[i + half]);
+        out[at + i] = x1 * c - x2 * s;
+        out[at + i + half] = x2 * c + x1 * s;
+    }
+}
+
 impl PastKv {
+    /// One cache tensor as host data `[heads, len, dim]`: `(heads, dim, data)`, its shape checked.
+    fn host_data<'a>(
+        &self,
+        value: &'a DynTensor,
+    ) -> Result<(usize, usize, &'a [f32]), EngineError> {
+        let (shape, data) = value
+            .try_extract_tensor::<f32>()
+            .map_err(|e| EngineError::run(DECODER, e))?;
+        match **shape {
+            [1, h, l, d] if l as usize == self.len => Ok((h as usize, d as usize, data)),
+            _ => Err(EngineError::run(
+                DECODER,
+                format!(
+                    "a cache tensor has shape {shape}, expected [1, heads, {}, dim]",
+                    self.len
+                ),
+            )),
+        }
+    }
+
     /// A cache of only the positions in `keep` (ascending, disjoint ranges, in that order), the
     /// keys of each range moved by its shift in positions (`-3`: three positions earlier); values
     /// are copied as they are. Needs the tensors in host memory (the CPU provider); a cache in
@@ -209,33 +257,14 @@ impl PastKv {
         }
         let len: usize = keep.iter().map(|(r, _)| r.len()).sum();
         let turns: Vec<Vec<(f32, f32)>> = keep.iter().map(|&(_, shift)| rope.turn(shift)).collect();
-        let run = |e: ort::Error| EngineError::run(DECODER, e);
+        let cached = self.len;
         let mut values = Vec::with_capacity(self.values.len());
         for (j, value) in self.values.iter().enumerate() {
-            let (shape, data) = value.try_extract_tensor::<f32>().map_err(run)?;
-            let (heads, cached, dim) = match **shape {
-                [1, h, l, d] if l as usize == self.len => (h as usize, l as usize, d as usize),
-                _ => {
-                    return Err(EngineError::run(
-                        DECODER,
-                        format!(
-                            "a cache tensor has shape {shape}, expected [1, heads, {}, dim]",
-                            self.len
-                        ),
-                    ));
-                }
-            };
+            let (heads, dim, data) = self.host_data(value)?;
             let key = j % 2 == 0;
-            if key && dim != 2 * rope.inv_freq.len() {
-                return Err(EngineError::input(
-                    DECODER,
-                    format!(
-                        "keys of width {dim} for rotary pairs of {}",
-                        rope.inv_freq.len()
-                    ),
-                ));
+            if key {
+                rope.check_width(dim)?;
             }
-            let half = dim / 2;
             let mut out = Vec::with_capacity(heads * len * dim);
             for h in 0..heads {
                 for ((r, shift), turn) in keep.iter().zip(&turns) {
@@ -245,20 +274,14 @@ impl PastKv {
                         continue;
                     }
                     for row in rows.chunks_exact(dim) {
-                        let at = out.len();
-                        out.extend_from_slice(row);
-                        for (i, &(c, s)) in turn.iter().enumerate() {
-                            let (x1, x2) = (row[i], row[i + half]);
-                            out[at + i] = x1 * c - x2 * s;
-                            out[at + i + half] = x2 * c + x1 * s;
-                        }
+                        push_turned(row, turn, &mut out);
                     }
                 }
             }
             values.push(
                 Tensor::<f32>::from_array(([1, heads, len, dim], out))
                     .map(Tensor::upcast)
-                    .map_err(run)?,
+                    .map_err(|e| EngineError::run(DECODER, e))?,
             );
         }
         Ok(PastKv {
@@ -267,9 +290,7 @@ impl PastKv {
             bytes_per_position: self.bytes_per_position,
         })
     }
-}
 
-impl PastKv {
     /// Scores for compressing the cache (InfiniPot-V's two criteria, averaged over every layer):
     /// for each `(a, b)` of `pairs` the cosine similarity of the keys at positions `a` and `b`
     /// with RoPE taken off (each key turned back to position 0, so the similarity is of the
@@ -293,24 +314,18 @@ impl PastKv {
                 format!("position {bad} to score is past the cache's {}", self.len),
             ));
         }
-        let run = |e: ort::Error| EngineError::run(DECODER, e);
+        // The turn back to position 0 of every position a pair names, once for all layers.
+        let mut back: std::collections::HashMap<usize, Vec<(f32, f32)>> =
+            std::collections::HashMap::new();
+        for &p in pairs.iter().flat_map(|(a, b)| [a, b]) {
+            back.entry(p).or_insert_with(|| rope.turn(-(p as i64)));
+        }
+        let cached = self.len;
         let layers = (self.values.len() / 2).max(1) as f32;
         let mut sims = vec![0.0f32; pairs.len()];
         let mut norms = vec![0.0f32; positions.len()];
         for (j, value) in self.values.iter().enumerate() {
-            let (shape, data) = value.try_extract_tensor::<f32>().map_err(run)?;
-            let (heads, cached, dim) = match **shape {
-                [1, h, l, d] if l as usize == self.len => (h as usize, l as usize, d as usize),
-                _ => {
-                    return Err(EngineError::run(
-                        DECODER,
-                        format!(
-                            "a cache tensor has shape {shape}, expected [1, heads, {}, dim]",
-                            self.len
-                        ),
-                    ));
-                }
-            };
+            let (heads, dim, data) = self.host_data(value)?;
             let row =
                 |h: usize, p: usize| &data[(h * cached + p) * dim..(h * cached + p + 1) * dim];
             if j % 2 == 1 {
@@ -320,29 +335,12 @@ impl PastKv {
                 }
                 continue;
             }
-            if dim != 2 * rope.inv_freq.len() {
-                return Err(EngineError::input(
-                    DECODER,
-                    format!(
-                        "keys of width {dim} for rotary pairs of {}",
-                        rope.inv_freq.len()
-                    ),
-                ));
-            }
-            let half = dim / 2;
+            rope.check_width(dim)?;
             // Keys of one position, all heads, turned back to position 0.
             let unrotated = |p: usize, out: &mut Vec<f32>| {
                 out.clear();
-                let turn = rope.turn(-(p as i64));
                 for h in 0..heads {
-                    let r = row(h, p);
-                    let at = out.len();
-                    out.extend_from_slice(r);
-                    for (i, &(c, s)) in turn.iter().enumerate() {
-                        let (x1, x2) = (r[i], r[i + half]);
-                        out[at + i] = x1 * c - x2 * s;
-                        out[at + i + half] = x2 * c + x1 * s;
-                    }
+                    push_turned(row(h, p), &back[&p], out);
                 }
             };
             let (mut ka, mut kb) = (Vec::new(), Vec::new());

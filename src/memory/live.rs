@@ -67,6 +67,12 @@ impl Covered {
             spatial,
         }
     }
+
+    /// Where its visual tokens start, for an item at `start` whose text after them is `tail`
+    /// positions long.
+    fn visual_start(&self, start: usize, tail: usize) -> usize {
+        start + self.positions - self.visual - tail
+    }
 }
 
 /// A read-only view of the live cache, as published after each update (cheap to clone: the
@@ -385,8 +391,9 @@ impl LiveCache {
     /// stays is the union of the least temporally redundant (the lowest key similarity, RoPE
     /// taken off, to the same token of the previous frame held; a token with no earlier
     /// counterpart counts as new) and the highest value norms: each token ranks by its better
-    /// place in the two orders, the worst go first. A frame left without visual tokens goes whole. The kept positions are renumbered by
-    /// rotary as under `sink_recent`. `false`: not possible in place (the caller rebuilds).
+    /// place in the two orders, the worst go first. A frame left without visual tokens goes
+    /// whole. The kept positions are renumbered by rotary as under `sink_recent`. `false`: not
+    /// possible in place (the caller rebuilds).
     fn compress(&mut self, generator: &Generator, stale: usize, over: bool, new: usize) -> bool {
         let Some(rope) = generator.engines().decoder().rope() else {
             return false;
@@ -415,7 +422,7 @@ impl LiveCache {
         if need > 0 {
             let mut held: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
             for (i, (c, &start)) in self.covered.iter().zip(&starts).enumerate().skip(n_stale) {
-                let first = start + c.positions - c.visual - self.tail;
+                let first = c.visual_start(start, self.tail);
                 for (k, &sp) in c.spatial.iter().enumerate() {
                     let pos = first + k;
                     if i < last {
@@ -496,14 +503,14 @@ impl LiveCache {
         if n_stale > 0 {
             push(self.prefix..starts[n_stale]);
         }
-        let mut gone = Vec::new();
+        // A frame that lost every visual token goes whole.
+        let gone = |i: usize| lost[i].len() == self.covered[i].visual;
         for (i, ks) in lost.iter().enumerate().skip(n_stale) {
             let c = &self.covered[i];
-            if ks.len() == c.visual {
+            if gone(i) {
                 push(starts[i]..starts[i] + c.positions);
-                gone.push(i);
             } else {
-                let first = starts[i] + c.positions - c.visual - self.tail;
+                let first = c.visual_start(starts[i], self.tail);
                 for &k in ks {
                     push(first + k..first + k + 1);
                 }
@@ -524,10 +531,11 @@ impl LiveCache {
             }
         };
         self.cache = cache;
+        let frames_gone = (n_stale..self.covered.len()).filter(|&i| gone(i)).count() + n_stale;
         let mut tokens = 0u64;
         let mut kept = VecDeque::with_capacity(self.covered.len());
         for (i, mut c) in std::mem::take(&mut self.covered).into_iter().enumerate() {
-            if i < n_stale || gone.contains(&i) {
+            if i < n_stale || lost[i].len() == c.visual {
                 continue;
             }
             if !lost[i].is_empty() {
@@ -548,7 +556,7 @@ impl LiveCache {
         self.covered = kept;
         let e = &mut self.evictions;
         e.count += 1;
-        e.frames += (n_stale + gone.len()) as u64;
+        e.frames += frames_gone as u64;
         e.tokens += tokens;
         e.positions += dropped as u64;
         e.last = Some(t0.elapsed());

@@ -18,7 +18,7 @@
 //! `prefill_chunk_tokens x positions x heads x 4` bytes per layer at a time) and TensorRT's
 //! workspace (`engine.tensorrt.workspace_mib`); the plan names the first as a figure to leave free.
 
-use crate::config::{CameraConfig, Config, ProviderKind, VisionConfig};
+use crate::config::{CachePolicy, CameraConfig, Config, ProviderKind, VisionConfig};
 use crate::engine::{EngineError, Family, Manifest, Tokenizer};
 use crate::generate::render::{self, Role};
 use crate::ingest::{Geometry, camera_geometry};
@@ -214,7 +214,7 @@ impl Plan {
                         bpp,
                         slack: config.memory.rebuild_slack,
                     },
-                    |r| count(r),
+                    count,
                 )
             })
             .collect();
@@ -304,7 +304,7 @@ impl Plan {
                 .iter()
                 .position(|k| k.id == c.camera)
                 .unwrap_or(0);
-            if c.policy != "window" && !self.rope {
+            if config.cameras[index].cache.policy != CachePolicy::Window && !self.rope {
                 out.push((
                     format!("cameras[{index}].cache_policy"),
                     format!(
@@ -555,8 +555,12 @@ fn camera_plan(
     let narration_prompt = count(&render::videollama3_stream_speak()).max(count(
         &render::videollama3_stream_ask(Role::User, &c.narrate.prompt),
     ));
-    let narration_positions = narration_prompt + c.narrate.max_tokens as usize;
-    let narration = (cache_positions + narration_positions) as u64;
+    // A camera that never narrates has no narration in flight.
+    let narration_positions = if c.narrate.triggers.any() {
+        narration_prompt + c.narrate.max_tokens as usize
+    } else {
+        0
+    };
     let hidden = u64::from(manifest.text.hidden_size);
     CameraPlan {
         camera: c.id.clone(),
@@ -570,14 +574,10 @@ fn camera_plan(
         budget,
         cache_positions,
         cache_frames,
-        narration_positions: if c.narrate.triggers.any() {
-            narration_positions
-        } else {
-            0
-        },
+        narration_positions,
         cache_bytes: cache_positions as u64 * shape.bpp,
-        narration_bytes: if c.narrate.triggers.any() {
-            2 * narration * shape.bpp
+        narration_bytes: if narration_positions > 0 {
+            2 * (cache_positions + narration_positions) as u64 * shape.bpp
         } else {
             0
         },
