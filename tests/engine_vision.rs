@@ -136,14 +136,15 @@ fn warming_up_runs_the_vision_encoder_per_geometry_and_the_decoder_once() {
     assert_eq!(progress.done(), 3);
 }
 
-/// Encodes each request's frames on its own thread, all at once (the first request a little
-/// ahead of the others when `first_ahead`); each thread's features and when it got them.
+/// Encodes each request's frames on its own thread, all at once (with `first_ahead`, the others
+/// once the first one's first run is done); each thread's features and when it got them.
 fn concurrently(
     e: &std::sync::Arc<Engines>,
     requests: Vec<(u32, u32, Vec<Vec<u8>>)>,
     first_ahead: bool,
 ) -> Vec<(edgevlm::engine::VisualTokens, std::time::Instant)> {
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(requests.len()));
+    let start = e.vision().batch_counts().runs;
     let threads: Vec<_> = requests
         .into_iter()
         .enumerate()
@@ -153,8 +154,10 @@ fn concurrently(
                 let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
                 barrier.wait();
                 if first_ahead && i > 0 {
-                    // Queued behind the first (its run is 8 runs long).
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    // Queued behind the first: once its first run is done (it has many more).
+                    while e.vision().batch_counts().runs == start {
+                        std::thread::yield_now();
+                    }
                 }
                 let out = e.vision().encode(&refs, w, h).unwrap();
                 (out, std::time::Instant::now())
@@ -204,7 +207,7 @@ fn a_camera_with_a_backlog_does_not_hold_back_another_or_another_geometry() {
     opts.engine.vision_batch_frames = 4;
     opts.engine.vision_batch_wait_ms = Some(20);
     let e = std::sync::Arc::new(Engines::load(&opts).unwrap());
-    let backlog: Vec<Vec<u8>> = (0..32).map(|i| frame(112, 84, i)).collect();
+    let backlog: Vec<Vec<u8>> = (0..256).map(|i| frame(112, 84, i)).collect();
     let one = vec![frame(112, 84, 99)];
     let other = vec![frame(56, 56, 7)];
     let out = concurrently(
@@ -216,7 +219,7 @@ fn a_camera_with_a_backlog_does_not_hold_back_another_or_another_geometry() {
         ],
         true,
     );
-    assert_eq!(out[0].0.frames(), 32);
+    assert_eq!(out[0].0.frames(), 256);
     // Every frame's features are its own, wherever in the runs it went.
     let check = |tokens: &edgevlm::engine::VisualTokens, frames: &[Vec<u8>], w, h| {
         for (i, f) in frames.iter().enumerate() {
@@ -230,7 +233,7 @@ fn a_camera_with_a_backlog_does_not_hold_back_another_or_another_geometry() {
     check(&out[0].0, &backlog, 112, 84);
     check(&out[1].0, &one, 112, 84);
     check(&out[2].0, &other, 56, 56);
-    // The single frame and the other geometry were served while the backlog's 8 runs went on.
+    // The single frame and the other geometry were served while the backlog's 64 runs went on.
     assert!(
         out[1].1 < out[0].1,
         "the one frame waited for the whole backlog"
