@@ -3,11 +3,13 @@
 //! Each camera runs a pipeline rendered from a template in `pipelines/`; a [`Session`] is one run of
 //! it. Frames leave as packed RGB at the camera's [`Geometry`] through the ring's hand-off.
 
+mod compat;
 mod geometry;
 mod keyframes;
 mod session;
 mod template;
 
+pub use compat::summary as gstreamer_summary;
 pub use geometry::{Geometry, TOKEN_PX, camera_geometry, processor_geometry, reference_geometry};
 pub use session::{CameraShared, IngestError, Session, SessionEvent, init};
 pub use template::{ElementSpec, REQUIRED_NAMES, Template};

@@ -237,7 +237,9 @@ impl Session {
         };
         let template = Template::for_camera(&cfg.pipeline, &cfg.uri).map_err(&tpl_err)?;
         template.check_text().map_err(&tpl_err)?;
-        for factory in template.factories() {
+        // With stand-ins for elements newer than the running GStreamer (`compat`).
+        let launch = super::compat::launch_line(&template.launch());
+        for factory in super::template::elements_of(&launch).into_iter().map(|e| e.factory) {
             if gst::ElementFactory::find(&factory).is_none() {
                 return Err(IngestError::MissingElement {
                     camera: camera.clone(),
@@ -248,7 +250,7 @@ impl Session {
             }
         }
 
-        let pipeline = gst::parse::launch(&template.launch())
+        let pipeline = gst::parse::launch(&launch)
             .map_err(|e| tpl_err(format!("does not parse: {e}")))?
             .downcast::<gst::Pipeline>()
             .map_err(|_| tpl_err("is not a pipeline of several elements".into()))?;
@@ -533,7 +535,7 @@ fn set_checked(el: &gst::Element, name: &str, value: glib::Value) -> Result<(), 
             el.name()
         ));
     }
-    if !value.type_().is_a(pspec.value_type()) || !pspec.value_is_valid(&value) {
+    if !value.type_().is_a(pspec.value_type()) || !value_fits(&pspec, &value) {
         return Err(format!(
             "property `{name}` of `{}` does not accept a {} value",
             el.name(),
@@ -542,6 +544,23 @@ fn set_checked(el: &gst::Element, name: &str, value: glib::Value) -> Result<(), 
     }
     el.set_property(name, value);
     Ok(())
+}
+
+/// Whether `pspec` takes `value` as it is: glib's own check before it sets a property (and
+/// panics), run on a copy. `g_param_value_validate` exists in every GLib we support, where
+/// `ParamSpec::value_is_valid` needs 2.74 (docs/ARCHITECTURE.md, "Platform floors").
+fn value_fits(pspec: &glib::ParamSpec, value: &glib::Value) -> bool {
+    use glib::translate::{ToGlibPtr, ToGlibPtrMut, from_glib};
+    let mut copy = value.clone();
+    // SAFETY: both pointers come from live borrows of a ParamSpec and of our own Value for the
+    // duration of the call; the function only reads the spec and may rewrite the copy in place.
+    let changed: bool = unsafe {
+        from_glib(glib::gobject_ffi::g_param_value_validate(
+            pspec.to_glib_none().0,
+            copy.to_glib_none_mut().0,
+        ))
+    };
+    !changed
 }
 
 fn set_from_str(el: &gst::Element, name: &str, value: &str) -> Result<(), String> {

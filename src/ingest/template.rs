@@ -33,25 +33,7 @@ impl Template {
 
     /// The elements of the launch line, in order; caps filters written inline are skipped.
     pub fn elements(&self) -> Vec<ElementSpec> {
-        split_links(&self.launch())
-            .iter()
-            .filter_map(|segment| {
-                let mut words = segment.split_whitespace();
-                let factory = words.next()?;
-                // `video/x-raw,…` is an inline caps filter, not an element.
-                if factory.contains('/') {
-                    return None;
-                }
-                let name = words
-                    .filter_map(|w| w.strip_prefix("name="))
-                    .map(|n| n.trim_matches('"').to_string())
-                    .next();
-                Some(ElementSpec {
-                    factory: factory.to_string(),
-                    name,
-                })
-            })
-            .collect()
+        elements_of(&self.launch())
     }
 
     /// Factory names used, in order.
@@ -119,8 +101,32 @@ impl Template {
     }
 }
 
+/// The elements of a launch line, in order; caps filters written inline are skipped.
+pub(crate) fn elements_of(launch: &str) -> Vec<ElementSpec> {
+    split_links(launch)
+        .iter()
+
+        .filter_map(|segment| {
+            let mut words = segment.split_whitespace();
+            let factory = words.next()?;
+            // `video/x-raw,…` is an inline caps filter, not an element.
+            if factory.contains('/') {
+                return None;
+            }
+            let name = words
+                .filter_map(|w| w.strip_prefix("name="))
+                .map(|n| n.trim_matches('"').to_string())
+                .next();
+            Some(ElementSpec {
+                factory: factory.to_string(),
+                name,
+            })
+        })
+        .collect()
+}
+
 /// Splits a launch line on `!` outside quotes and parentheses.
-fn split_links(launch: &str) -> Vec<String> {
+pub(super) fn split_links(launch: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let (mut depth, mut quoted) = (0i32, false);

@@ -97,7 +97,11 @@ impl Runtime {
         // reload keeps it.
         config.vision.processor = model_processor(&config);
         let clock = options.clock;
-        tracing::info!(summary = %config.summary(), "Starting");
+        tracing::info!(
+            summary = %config.summary(),
+            gstreamer = %crate::ingest::gstreamer_summary(),
+            "Starting"
+        );
         let supervisor = Supervisor::start_with(&config, clock.clone());
         let (views_tx, views_rx) = watch::channel(supervisor.views());
         // The first report exists before `start` returns (states, no rates yet); it also primes
