@@ -58,6 +58,10 @@ enum Command {
     Validate {
         /// Configuration file.
         file: PathBuf,
+        /// Also load the engines and run each model once (seconds to minutes; the cheap checks
+        /// of files, providers and libraries always run).
+        #[arg(long)]
+        deep: bool,
     },
     /// Attach to one source and print one line per sampled frame.
     Probe(ProbeArgs),
@@ -131,7 +135,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(matches!(cli.command, Command::Eval(_)));
     match cli.command {
-        Command::Validate { file } => validate(&file),
+        Command::Validate { file, deep } => validate(&file, deep),
         Command::Plan(args) => cli::plan::plan(args),
         Command::Ask(args) => cli::ask::ask(args),
         Command::Eval(args) => cli::eval::eval(args),
@@ -446,17 +450,26 @@ fn load(path: &std::path::Path) -> Option<Config> {
     }
 }
 
-fn validate(path: &std::path::Path) -> ExitCode {
+fn validate(path: &std::path::Path, deep: bool) -> ExitCode {
+    use edgevlm::runtime::preflight;
     match Config::load(path) {
         Ok(c) => {
-            // The memory plan, when the model can be read (a missing model is not this check's).
+            // What the file names on this machine (docs/CONFIG.md, "Validation"), then the
+            // memory plan when the model can be read.
+            let mut problems: Vec<(String, String)> = if deep {
+                preflight::deep_problems(&c)
+            } else {
+                preflight::machine_problems(&c)
+            }
+            .into_iter()
+            .map(|p| (p.path, p.reason))
+            .collect();
             let plan = c.engine.enabled.then(|| {
                 edgevlm::memory::plan::Plan::for_config(&c, &c.engine.model_dir, None, None)
             });
-            let problems = match &plan {
-                Some(Ok(p)) => p.problems(&c),
-                _ => Vec::new(),
-            };
+            if let Some(Ok(p)) = &plan {
+                problems.extend(p.problems(&c));
+            }
             if !problems.is_empty() {
                 for (key, why) in &problems {
                     if key.is_empty() {
@@ -476,6 +489,9 @@ fn validate(path: &std::path::Path) -> ExitCode {
                     c.engine.model_dir.display()
                 ),
                 None => {}
+            }
+            if deep && c.engine.enabled {
+                println!("engines: loaded and ran once each (--deep)");
             }
             ExitCode::SUCCESS
         }

@@ -207,24 +207,48 @@ fn a_configuration_over_the_devices_memory_is_refused_by_plan_and_validate() {
     );
 }
 
+/// The shipped configurations for NVIDIA devices name a GPU provider, hardware templates and a
+/// model that a device has and this machine does not.
+fn for_a_gpu_device(config: &str) -> bool {
+    config.contains("provider = \"tensorrt\"") || config.contains("provider = \"cuda\"")
+}
+
 #[test]
 fn every_shipped_configuration_validates() {
     let mut n = 0;
     for entry in std::fs::read_dir("configs").unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            n += 1;
-            let out = edgevlm()
-                .args(["validate", path.to_str().unwrap()])
-                .output()
-                .unwrap();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        n += 1;
+        let out = edgevlm()
+            .args(["validate", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !for_a_gpu_device(&std::fs::read_to_string(&path).unwrap()) {
+            assert!(out.status.success(), "{}:\n{stderr}", path.display());
+            continue;
+        }
+        // Refused here only for what this machine lacks: the file's own checks pass.
+        assert_eq!(out.status.code(), Some(2), "{}:\n{stderr}", path.display());
+        let machine = [
+            "engine.model_dir: ",
+            "engine.provider: ",
+            "engine.vision_provider: ",
+            "engine.embed_provider: ",
+            "engine.decoder_provider: ",
+        ];
+        for line in stderr.lines().filter(|l| !l.ends_with("problem(s)")) {
+            let camera_template = line.starts_with("cameras[") && line.contains("].pipeline");
             assert!(
-                out.status.success(),
-                "{}:\n{}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr)
+                camera_template || machine.iter().any(|m| line.starts_with(m)),
+                "{}: not a machine problem: {line}\n{stderr}",
+                path.display()
             );
         }
+        assert!(stderr.contains("engine.model_dir: "), "{stderr}");
     }
     assert!(n >= 1);
 }
@@ -299,4 +323,177 @@ fn a_cache_policy_the_model_cannot_run_is_refused_by_validate() {
     );
     assert!(!stderr.contains("cameras[0]"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A fresh directory for one test.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("edgevlm-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `edgevlm validate [extra] FILE` on `config` written to `dir`: (exit code, stdout, stderr).
+fn validate_text(dir: &Path, config: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+    let file = dir.join("edgevlm.toml");
+    std::fs::write(&file, config).unwrap();
+    let out = edgevlm()
+        .arg("validate")
+        .args(extra)
+        .arg(&file)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A copy of the tiny model in `dir/model`.
+fn tiny_copy(dir: &Path) -> std::path::PathBuf {
+    let model = dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+    for entry in std::fs::read_dir(&tiny).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
+    }
+    model
+}
+
+const ONE_CAMERA: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
+
+#[test]
+fn validate_refuses_a_model_directory_that_is_missing_or_incomplete() {
+    let dir = scratch("validate-model");
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!("[engine]\nmodel_dir = \"nowhere\"\n{ONE_CAMERA}"),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    // Resolved against the file's directory, and named.
+    let missing = dir.join("nowhere");
+    assert!(
+        stderr.contains(&format!(
+            "engine.model_dir: {} is not a directory",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+
+    // A manifest whose decoder file is gone.
+    let model = tiny_copy(&dir);
+    std::fs::remove_file(model.join("decoder_model_merged.onnx")).unwrap();
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}"),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("engine.model_dir: ")
+            && stderr.contains("decoder_model_merged.onnx (named by decoder in ")
+            && stderr.contains("is missing"),
+        "{stderr}"
+    );
+
+    // A manifest that does not parse.
+    std::fs::write(model.join("manifest.toml"), "[text\nhidden_size = 1\n").unwrap();
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}"),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("engine.model_dir: ") && stderr.contains("manifest.toml"),
+        "{stderr}"
+    );
+}
+
+#[cfg(not(feature = "ort-cuda"))]
+#[test]
+fn validate_refuses_a_provider_this_binary_was_built_without() {
+    let dir = scratch("validate-provider");
+    let model = tiny_copy(&dir);
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!(
+            "[engine]\nmodel_dir = \"{}\"\nprovider = \"cpu\"\ndecoder_provider = \"cuda\"\n{ONE_CAMERA}",
+            model.display()
+        ),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "engine.decoder_provider: `cuda` is not compiled into this binary (it has: cpu)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("engine.provider:"), "{stderr}");
+}
+
+#[test]
+fn validate_refuses_mqtt_tls_files_that_cannot_be_used() {
+    let dir = scratch("validate-tls");
+    let not_pem = dir.join("ca.pem");
+    std::fs::write(&not_pem, "this is not a certificate\n").unwrap();
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!(
+            "[engine]\nenabled = false\n[mqtt]\nbroker = \"mqtts://127.0.0.1:8883\"\nca_file = \"ca.pem\"\n{ONE_CAMERA}"
+        ),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "mqtt.ca_file: {}: no PEM certificate in the file",
+            not_pem.display()
+        )),
+        "{stderr}"
+    );
+    // A directory is no file.
+    std::fs::remove_file(&not_pem).unwrap();
+    std::fs::create_dir(&not_pem).unwrap();
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!(
+            "[engine]\nenabled = false\n[mqtt]\nbroker = \"mqtts://127.0.0.1:8883\"\nca_file = \"ca.pem\"\n{ONE_CAMERA}"
+        ),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("mqtt.ca_file: "), "{stderr}");
+}
+
+#[test]
+fn validate_deep_loads_and_runs_the_engines() {
+    let dir = scratch("validate-deep");
+    let model = tiny_copy(&dir);
+    let config = format!(
+        "[engine]\nmodel_dir = \"{}\"\n{ONE_CAMERA}",
+        model.display()
+    );
+    let (code, stdout, stderr) = validate_text(&dir, &config, &["--deep"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("engines: loaded and ran once each"), "{stdout}");
+
+    // A corrupt decoder passes the cheap checks (the file is there) but not the deep one.
+    let decoder = model.join("decoder_model_merged.onnx");
+    let bytes = std::fs::read(&decoder).unwrap();
+    std::fs::write(&decoder, &bytes[..bytes.len() / 2]).unwrap();
+    let (code, stdout, stderr) = validate_text(&dir, &config, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains("engines: loaded"), "{stdout}");
+    let (code, _, stderr) = validate_text(&dir, &config, &["--deep"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("engine.model_dir: the engines do not load or run: ")
+            && stderr.contains("decoder_model_merged.onnx"),
+        "{stderr}"
+    );
 }

@@ -140,9 +140,9 @@ impl EngineConfig {
     }
 }
 
-/// Decodes `[engine]`. Relative paths given in the file are relative to the file's directory, like
-/// every path of the configuration; the default `model_dir` is relative to the working directory
-/// (it suits running from the repository).
+/// Decodes `[engine]`. Relative paths are relative to the file's directory, like every path of
+/// the configuration, the default `model_dir` (`engines/tiny/model`) included: a configuration
+/// read from no file (tests, `EngineConfig::default`) has the working directory as its own.
 pub(crate) fn decode_engine(
     t: &toml::Table,
     base_dir: Option<&std::path::Path>,
@@ -216,10 +216,11 @@ fn decode_model_files(
         Some(base) if p.is_relative() => base.join(p),
         _ => p,
     };
-    let model_dir: PathBuf = f
-        .opt::<PathBuf>("model_dir", sink)
-        .map(resolve)
-        .unwrap_or(d.model_dir.clone());
+    // The default is a relative path too, resolved by the same rule.
+    let model_dir: PathBuf = resolve(
+        f.opt::<PathBuf>("model_dir", sink)
+            .unwrap_or_else(|| d.model_dir.clone()),
+    );
     let onnxruntime_library: Option<PathBuf> =
         f.opt::<PathBuf>("onnxruntime_library", sink).map(resolve);
     if let Some(lib) = &onnxruntime_library
@@ -309,6 +310,19 @@ mod tests {
             c.engine.model_dir,
             std::path::PathBuf::from("engines/tiny/model")
         );
+    }
+
+    #[test]
+    fn relative_model_dirs_and_the_default_resolve_against_the_files_directory() {
+        let base = std::path::Path::new("/etc/edgevlm");
+        let c = Config::parse(CAM, Some(base)).unwrap();
+        assert_eq!(c.engine.model_dir, base.join("engines/tiny/model"));
+        let with = format!("[engine]\nmodel_dir = \"models/scenes\"\n{CAM}");
+        let c = Config::parse(&with, Some(base)).unwrap();
+        assert_eq!(c.engine.model_dir, base.join("models/scenes"));
+        let abs = format!("[engine]\nmodel_dir = \"/opt/m\"\n{CAM}");
+        let c = Config::parse(&abs, Some(base)).unwrap();
+        assert_eq!(c.engine.model_dir, std::path::PathBuf::from("/opt/m"));
     }
 
     #[test]

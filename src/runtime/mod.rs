@@ -15,6 +15,7 @@
 //! follow the reloaded cameras when the model is there.
 
 mod changes;
+pub mod preflight;
 mod questions;
 mod report;
 mod watches;

@@ -11,12 +11,18 @@ pub struct RunProcess {
 
 impl RunProcess {
     /// Writes `config` into a fresh directory (relative paths in it resolve there) and starts
-    /// `edgevlm run` on it from the repository root, so the default `engine.model_dir`
-    /// (`engines/tiny/model`, made by `engines/tiny/generate.py`) is the tiny model.
+    /// `edgevlm run` on it. The directory links the repository's `engines/`, so the default
+    /// `engine.model_dir` (`engines/tiny/model` next to the file, made by
+    /// `engines/tiny/generate.py`) is the tiny model, as for a file in the repository root.
     pub fn start(tag: &str, config: &str) -> RunProcess {
         let dir = std::env::temp_dir().join(format!("edgevlm-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("engines"),
+            dir.join("engines"),
+        )
+        .unwrap();
         let cfg = dir.join("edgevlm.toml");
         std::fs::write(&cfg, config).unwrap();
         let log = std::fs::File::create(dir.join("stderr.log")).unwrap();
