@@ -45,10 +45,12 @@ async fn only_users_allowed_to_ask_can_publish_questions() {
         &cfg,
         format!(
             "[runtime]\nstate_dir = \"state\"\nstatus_interval_secs = 0.5\n\
+             [engine]\nmodel_dir = \"{}\"\n\
              [mqtt]\nlisten = \"127.0.0.1:{port}\"\n\
              [[mqtt.users]]\nname = \"viewer\"\npassword_env = \"EDGEVLM_TEST_VIEWER_PW\"\n\
              [[mqtt.users]]\nname = \"asker\"\npassword_file = \"asker.pw\"\nask = true\n\
-             [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\n"
+             [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\n",
+            common::TINY_MODEL
         ),
     )
     .unwrap();

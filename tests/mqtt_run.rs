@@ -31,10 +31,17 @@ impl Run {
         } else {
             format!("client_id = \"edgevlm-{tag}\"\n")
         };
+        // The tiny model unless `extra` has its own `[engine]` (a relative default would resolve
+        // in this directory).
+        let engine = if extra.contains("[engine]") {
+            String::new()
+        } else {
+            format!("[engine]\nmodel_dir = \"{}\"\n\n", common::TINY_MODEL)
+        };
         std::fs::write(
             &cfg,
             format!(
-                "[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"state\"\n\n\
+                "[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"state\"\n\n{engine}\
                  [mqtt]\n{client_id}retry_initial_secs = 0.1\nretry_max_secs = 0.5\n{mqtt}\n\n\
                  [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nsample_fps = 4\nwindow_secs = 30\n\n{extra}\n"
             ),

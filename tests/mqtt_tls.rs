@@ -107,12 +107,14 @@ impl Run {
             &cfg,
             format!(
                 "[runtime]\nstate_dir = \"state\"\nstatus_interval_secs = 0.5\n\
+                 [engine]\nmodel_dir = \"{tiny}\"\n\
                  [telemetry]\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n\
                  [mqtt]\nbroker = \"mqtts://127.0.0.1:{tls_port}\"\nclient_id = \"edgevlm-tls-{ca}\"\n\
                  ca_file = \"{ca}.pem\"\nclient_cert_file = \"client.pem\"\nclient_key_file = \"client.key\"\n\
                  retry_initial_secs = 0.2\nretry_max_secs = 1\n\
                  [[cameras]]\nid = \"door\"\nuri = \"test://ball\"\nsample_fps = 2\n\
-                 narrate = [\"interval\"]\nnarrate_interval_secs = 1\nnarrate_max_tokens = 4\n"
+                 narrate = [\"interval\"]\nnarrate_interval_secs = 1\nnarrate_max_tokens = 4\n",
+                tiny = common::TINY_MODEL
             ),
         )
         .unwrap();

@@ -64,9 +64,11 @@ fn metrics_and_status_describe_the_running_cameras() {
         &cfg,
         format!(
             "[mqtt]\nenabled = false\n\n[runtime]\nstatus_interval_secs = 0.5\nstate_dir = \"state\"\n\n\
+             [engine]\nmodel_dir = \"{}\"\n\n\
              [telemetry]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
              [[cameras]]\nid = \"yard\"\nuri = \"test://ball\"\nsample_fps = 4\n\n\
              [[cameras]]\nid = \"gone\"\nuri = \"rtsp://127.0.0.1:{}/x\"\nretry_initial_secs = 0.2\n",
+            common::TINY_MODEL,
             closed_port()
         ),
     )

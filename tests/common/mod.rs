@@ -69,6 +69,12 @@ pub fn terminate(
 }
 
 /// The `edgevlm` binary under test.
+/// The tiny model's directory (made by scripts/setup.sh), for configurations written outside
+/// the repository: a relative `model_dir`, the default one included, resolves against the
+/// configuration's own directory.
+#[allow(dead_code)]
+pub const TINY_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/engines/tiny/model");
+
 pub fn edgevlm() -> Command {
     Command::new(env!("CARGO_BIN_EXE_edgevlm"))
 }
