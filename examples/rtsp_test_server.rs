@@ -1,6 +1,7 @@
 //! A test RTSP camera: `cargo run --example rtsp_test_server -- [--port P] [--pattern ball]
-//! [--size 640x480] [--fps 15] [--user U --password-env VAR]`. Prints `READY <port>` when serving
-//! `rtsp://127.0.0.1:<port>/cam`. The ingest tests run it as a child process to kill or freeze it.
+//! [--size 640x480] [--fps 15] [--codec h264|h265|mjpeg] [--user U --password-env VAR]`. Prints
+//! `READY <port>` when serving `rtsp://127.0.0.1:<port>/cam`. The ingest tests run it as a child
+//! process to kill or freeze it.
 
 #[path = "../tests/common/rtsp.rs"]
 #[allow(dead_code)]
@@ -20,6 +21,14 @@ fn main() {
             "--port" => spec.port = value().parse().unwrap_or_else(|_| usage("bad --port")),
             "--pattern" => spec.pattern = value(),
             "--fps" => spec.fps = value().parse().unwrap_or_else(|_| usage("bad --fps")),
+            "--codec" => {
+                spec.codec = match value().as_str() {
+                    "h264" => rtsp::Codec::H264,
+                    "h265" => rtsp::Codec::H265,
+                    "mjpeg" => rtsp::Codec::Mjpeg,
+                    _ => usage("--codec is h264, h265 or mjpeg"),
+                }
+            }
             "--size" => {
                 let v = value();
                 let (w, h) = v.split_once('x').unwrap_or_else(|| usage("--size is WxH"));

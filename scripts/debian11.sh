@@ -97,6 +97,8 @@ find "$ROOT$SRC" -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf --one-file-s
   xargs -0 -I{} sh -c '[ -e "{}" ] && printf "%s\0" "{}"' |
   tar --null -T - -cf - | tar -xf - -C "$ROOT$SRC"
 cp "$ORT_LIB" "$ROOT/opt/onnxruntime/"
+# The host's CA bundle (it may hold a proxy's CA the root's own bundle lacks), for pip and cargo.
+cp "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" "$ROOT/build/host-ca.crt"
 cp scripts/debian11-requirements.txt "$ROOT/build/requirements.txt"
 
 # Inside: the project venv (once per requirements), then the build and the tests.
@@ -137,5 +139,6 @@ exec unshare -m --propagation private bash -euc "
     PATH='$CARGO_DIR/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' \
     RUSTUP_HOME='$RUSTUP_DIR' CARGO_HOME='$CARGO_DIR' RUSTUP_TOOLCHAIN='$TOOLCHAIN' \
     CARGO_TARGET_DIR=/build/target CARGO_TERM_COLOR=never \
+    SSL_CERT_FILE=/build/host-ca.crt PIP_CERT=/build/host-ca.crt CARGO_HTTP_CAINFO=/build/host-ca.crt \
     ORT_DYLIB_PATH=/opt/onnxruntime/$(basename "$ORT_LIB") \
     bash /build/inner.sh ${1:-}"

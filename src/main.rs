@@ -333,8 +333,11 @@ struct ProbeArgs {
     #[arg(long, default_value_t = 10.0)]
     timeout_secs: f64,
     /// Pipeline template (default: from the URI scheme).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "pipeline_file")]
     pipeline: Option<String>,
+    /// Your own pipeline template file instead (checked like `pipeline_file` in a configuration).
+    #[arg(long)]
+    pipeline_file: Option<PathBuf>,
     /// full (default) or keyframes (only keyframes decoded while the GOP is within the period).
     #[arg(long, default_value = "full")]
     decode: String,
@@ -355,6 +358,18 @@ fn probe_camera(a: ProbeArgs) -> Result<CameraConfig, String> {
     let mut cam = CameraConfig::new("probe", uri);
     if let Some(p) = a.pipeline {
         cam.pipeline = p;
+    }
+    if let Some(file) = a.pipeline_file {
+        let t = edgevlm::config::Template::load_for_camera(&file, &cam.uri)
+            // One `error: --pipeline-file: FILE:LINE: …` line per problem.
+            .map_err(|problems| {
+                format!(
+                    "--pipeline-file: {}",
+                    problems.join("\nerror: --pipeline-file: ")
+                )
+            })?;
+        cam.pipeline = file.display().to_string();
+        cam.pipeline_file = Some(t);
     }
     if !(a.sample_fps.is_finite() && a.sample_fps > 0.0 && a.sample_fps <= 30.0) {
         return Err(format!(
@@ -470,6 +485,8 @@ fn validate(path: &std::path::Path, deep: bool) -> ExitCode {
             if let Some(Ok(p)) = &plan {
                 problems.extend(p.problems(&c));
             }
+            // Templates (built in or a camera's own file) naming elements this machine lacks.
+            problems.extend(edgevlm::ingest::missing_elements(&c));
             if !problems.is_empty() {
                 for (key, why) in &problems {
                     if key.is_empty() {

@@ -215,6 +215,9 @@ fn for_a_gpu_device(config: &str) -> bool {
 
 #[test]
 fn every_shipped_configuration_validates() {
+    // validate checks that each camera's elements are installed: on a machine without an NVIDIA
+    // GPU or a Jetson (the build machines), the hardware configurations may fail that check only.
+    gst::init().unwrap();
     let mut n = 0;
     for entry in std::fs::read_dir("configs").unwrap() {
         let path = entry.unwrap().path();
@@ -240,11 +243,31 @@ fn every_shipped_configuration_validates() {
             "engine.embed_provider: ",
             "engine.decoder_provider: ",
         ];
-        for line in stderr.lines().filter(|l| !l.ends_with("problem(s)")) {
-            let camera_template = line.starts_with("cameras[") && line.contains("].pipeline");
+        for p in stderr.lines().filter(|l| !l.ends_with("problem(s)")) {
+            if machine.iter().any(|m| p.starts_with(m)) {
+                continue;
+            }
+            // `cameras[N].pipeline: template `T` needs the GStreamer element(s) `a`, … , which …`
+            let elements = p
+                .split_once("needs the GStreamer element")
+                .and_then(|(_, rest)| rest.split_once(", which"))
+                .map(|(names, _)| names.split('`').skip(1).step_by(2).collect::<Vec<_>>())
+                .unwrap_or_default();
+            let hardware = [
+                "nvh264dec",
+                "nvh265dec",
+                "nvv4l2decoder",
+                "nvvidconv",
+                "cudaconvertscale",
+                "cudadownload",
+            ];
             assert!(
-                camera_template || machine.iter().any(|m| line.starts_with(m)),
-                "{}: not a machine problem: {line}\n{stderr}",
+                p.starts_with("cameras[")
+                    && !elements.is_empty()
+                    && elements
+                        .iter()
+                        .all(|e| hardware.contains(e) && gst::ElementFactory::find(e).is_none()),
+                "{}: not a machine problem: {p}\n{stderr}",
                 path.display()
             );
         }
@@ -496,4 +519,167 @@ fn validate_deep_loads_and_runs_the_engines() {
             && stderr.contains("decoder_model_merged.onnx"),
         "{stderr}"
     );
+}
+
+/// `edgevlm validate` on `toml` written as `edgevlm.toml` in a fresh directory with `files` beside
+/// it: the exit code, stdout and stderr.
+fn validate_in_dir(
+    name: &str,
+    toml: &str,
+    files: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
+    let dir = std::env::temp_dir().join(format!("edgevlm-tpl-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, text) in files {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let config = dir.join("edgevlm.toml");
+    std::fs::write(&config, toml).unwrap();
+    // From another working directory: relative template paths follow the configuration file.
+    let out = edgevlm()
+        .current_dir(std::env::temp_dir())
+        .args(["validate", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let result = (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+const NO_MODEL: &str = "[engine]\nenabled = false\n";
+
+#[test]
+fn validate_refuses_a_template_whose_elements_are_not_installed_here() {
+    gst::init().unwrap();
+    if gst::ElementFactory::find("nvh264dec").is_some() {
+        eprintln!("skipped: this machine has nvh264dec");
+        return;
+    }
+    let toml = format!(
+        "{NO_MODEL}[[cameras]]\nid = \"gpu\"\nuri = \"rtsp://10.0.0.31/h264\"\npipeline = \"rtsp-nvdec\"\n\
+         [[cameras]]\nid = \"off\"\nuri = \"rtsp://10.0.0.32/h264\"\npipeline = \"rtsp-nvdec\"\n\
+         enabled = false\n\
+         [[cameras]]\nid = \"cpu\"\nuri = \"rtsp://10.0.0.33/h264\"\n"
+    );
+    let (code, stdout, stderr) = validate_in_dir("nvdec", &toml, &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    // One line for the enabled camera; the disabled one and the software one pass.
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].starts_with(
+            "cameras[0].pipeline: template `rtsp-nvdec` needs the GStreamer elements `nvh264dec`"
+        ) && lines[0].contains(
+            "which are not installed on this machine; provided by an NVIDIA GPU driver and \
+             gstreamer1.0-plugins-bad built with nvcodec"
+        ),
+        "{stderr}"
+    );
+    assert!(lines[1].ends_with("1 problem(s)"), "{stderr}");
+}
+
+#[test]
+fn a_pipeline_file_is_read_beside_the_config_and_checked_with_its_file_and_line() {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/custom.pipeline"),
+    )
+    .unwrap();
+    // The shipped example passes, relative to the configuration's directory.
+    let toml = format!(
+        "{NO_MODEL}[[cameras]]\nid = \"own\"\nuri = \"rtsp://10.0.0.31/h265\"\n\
+         pipeline_file = \"mine.pipeline\"\n"
+    );
+    let (code, stdout, stderr) =
+        validate_in_dir("good", &toml, &[("mine.pipeline", example.as_str())]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("valid: 1 camera: own"), "{stdout}");
+
+    // An element no plugin provides: refused by validate with the file and its line.
+    let unknown = example.replace("avdec_h265", "nosuchdec265");
+    let (code, _, stderr) =
+        validate_in_dir("unknown", &toml, &[("mine.pipeline", unknown.as_str())]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = example
+        .lines()
+        .position(|l| l.contains("avdec_h265"))
+        .unwrap()
+        + 1;
+    let want = format!(
+        "cameras[0].pipeline_file: {}:{line}: element `nosuchdec265` is not installed on this \
+         machine; no installed GStreamer plugin has an element of that name",
+        std::env::temp_dir()
+            .join(format!("edgevlm-tpl-{}-unknown", std::process::id()))
+            .join("mine.pipeline")
+            .display()
+    );
+    assert!(
+        stderr.lines().any(|l| l.starts_with(&want)),
+        "missing `{want}` in:\n{stderr}"
+    );
+    assert!(stderr.trim_end().ends_with("1 problem(s)"), "{stderr}");
+}
+
+#[test]
+fn a_pipeline_file_that_breaks_the_contract_is_refused_with_each_line() {
+    let bad = "# mine: spliced\n# source: rtsp\n# delivers: video/x-raw,format=RGB\n\
+               rtspsrc name=src location={uri} ! decodebin\n\
+               ! videorate name=rate ! videoconvertscale name=scale\n\
+               ! capsfilter name=caps ! fakesink name=sink\n";
+    let toml = format!(
+        "{NO_MODEL}[[cameras]]\nid = \"a\"\nuri = \"rtsp://10.0.0.31/x\"\n\
+         pipeline_file = \"bad.pipeline\"\n\
+         [[cameras]]\nid = \"b\"\nuri = \"/clips/a.mp4\"\npipeline_file = \"rtsp.pipeline\"\n\
+         [[cameras]]\nid = \"c\"\nuri = \"rtsp://10.0.0.32/x\"\npipeline = \"rtsp\"\n\
+         pipeline_file = \"rtsp.pipeline\"\n\
+         [[cameras]]\nid = \"d\"\nuri = \"rtsp://10.0.0.33/x\"\npipeline_file = \"none.pipeline\"\n"
+    );
+    let rtsp = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/rtsp.pipeline"),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = validate_in_dir(
+        "contract",
+        &toml,
+        &[("bad.pipeline", bad), ("rtsp.pipeline", rtsp.as_str())],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    let dir = std::env::temp_dir().join(format!("edgevlm-tpl-{}-contract", std::process::id()));
+    let at = |file: &str| dir.join(file).display().to_string();
+    let expected = [
+        format!(
+            "cameras[0].pipeline_file: {}:4: `location={{uri}}` is a placeholder",
+            at("bad.pipeline")
+        ),
+        format!(
+            "cameras[0].pipeline_file: {}:6: element `sink` is `fakesink`, but it must be \
+             `appsink`",
+            at("bad.pipeline")
+        ),
+        format!(
+            "cameras[1].pipeline_file: {}:2: `# source: rtsp`, but the camera's uri \
+             file:///clips/a.mp4 is of kind `file`",
+            at("rtsp.pipeline")
+        ),
+        "cameras[2].pipeline_file: give `pipeline` (a built-in template, here `rtsp`) or \
+         `pipeline_file` (your own), not both"
+            .to_string(),
+        format!(
+            "cameras[3].pipeline_file: cannot read {}: ",
+            at("none.pipeline")
+        ),
+    ];
+    for e in &expected {
+        assert!(
+            stderr.lines().any(|l| l.starts_with(e.as_str())),
+            "missing `{e}` in:\n{stderr}"
+        );
+    }
+    assert!(stderr.trim_end().ends_with("5 problem(s)"), "{stderr}");
 }

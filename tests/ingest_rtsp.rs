@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{CameraSpec, ChildCamera, RtspServer, closed_port, edgevlm, wait_until};
+use common::{CameraSpec, ChildCamera, Codec, RtspServer, closed_port, edgevlm, wait_until};
 use edgevlm::config::Config;
 use edgevlm::supervisor::{CameraState, Supervisor};
 use std::time::Duration;
@@ -434,6 +434,94 @@ async fn a_hardware_template_without_its_element_stops_the_camera_with_its_name(
     assert_eq!(gpu.status().restarts, 0, "a missing element is not retried");
     // The other camera is unaffected.
     assert!(wait_until(Duration::from_secs(30), || cpu.window.info().frames >= 2).await);
+    sup.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Waits for 8 sampled frames of camera `id` (5 fps from a 320x240 source at 15 fps) and checks
+/// them: the reference geometry for 320x240 and a 36 s window, packed RGB of that size, real
+/// pixels, 0.2 s apart in stream time, the source's size seen by the scaler, no restart.
+async fn assert_sampled_rgb_frames(sup: &Supervisor, cfg: &Config, id: &str) {
+    let cam = sup.camera(id).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(90), || cam.window.info().frames >= 8).await,
+        "{id}: only {} frames; status {:?}",
+        cam.window.info().frames,
+        cam.status()
+    );
+    let g = edgevlm::ingest::camera_geometry(320, 240, 180, &cfg.vision);
+    assert_eq!((g.width % 28, g.height % 28), (0, 0));
+    let frames = cam.window.last(8);
+    let t0 = frames[0].pts.as_secs_f64();
+    let pts: Vec<f64> = frames.iter().map(|f| f.pts.as_secs_f64() - t0).collect();
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!((f.width, f.height), (g.width, g.height), "{id}");
+        assert_eq!(f.rgb.len(), (g.width * g.height * 3) as usize, "{id}");
+        assert!(
+            f.rgb.iter().any(|&b| b != f.rgb[0]),
+            "{id}: frame {i} is uniform"
+        );
+        assert_eq!(f.seq, frames[0].seq + i as u64, "{id}");
+        assert!(
+            (pts[i] - 0.2 * i as f64).abs() <= 1.0 / 15.0 + 0.01,
+            "{id}: {pts:?}"
+        );
+    }
+    let caps = cam.shared.source_caps.lock().unwrap().clone();
+    assert!(
+        caps.as_deref().is_some_and(|c| c.starts_with("320x240 ")),
+        "{id}: {caps:?}"
+    );
+    let c = cam.shared.counters.snapshot();
+    assert!(c.frames_in > c.sampled, "{id}: {c:?}");
+    assert_eq!(c.restarts, 0, "{id}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h265_camera_is_decoded_by_the_rtsp_template_and_by_a_user_template_file() {
+    let server = RtspServer::start(CameraSpec {
+        codec: Codec::H265,
+        ..CameraSpec::default()
+    });
+    // The same camera twice: decodebin's choice, and examples/custom.pipeline, which names
+    // rtph265depay ! h265parse ! avdec_h265 (relative to the configuration's directory).
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let cfg = Config::parse(
+        &format!(
+            "[[cameras]]\nid = \"auto\"\nuri = \"{url}\"\npipeline = \"rtsp\"\nsample_fps = 5\n\
+             window_secs = 36\n\
+             [[cameras]]\nid = \"own\"\nuri = \"{url}\"\npipeline_file = \"custom.pipeline\"\n\
+             sample_fps = 5\nwindow_secs = 36\n",
+            url = server.url()
+        ),
+        Some(&examples),
+    )
+    .unwrap_or_else(|e| panic!("test config invalid:\n{e}"));
+    let own = &cfg.cameras[1];
+    assert_eq!(
+        own.pipeline,
+        examples.join("custom.pipeline").display().to_string()
+    );
+    let t = own.pipeline_file.as_ref().expect("the file's template");
+    assert!(t.factories().iter().any(|f| f == "avdec_h265"));
+    let sup = Supervisor::start(&cfg);
+    assert_sampled_rgb_frames(&sup, &cfg, "auto").await;
+    assert_sampled_rgb_frames(&sup, &cfg, "own").await;
+    sup.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mjpeg_camera_is_decoded_by_the_rtsp_template() {
+    let server = RtspServer::start(CameraSpec {
+        codec: Codec::Mjpeg,
+        ..CameraSpec::default()
+    });
+    let cfg = config(&format!(
+        "[[cameras]]\nid = \"mjpeg\"\nuri = \"{}\"\nsample_fps = 5\nwindow_secs = 36\n",
+        server.url()
+    ));
+    assert_eq!(cfg.cameras[0].pipeline, "rtsp");
+    let sup = Supervisor::start(&cfg);
+    assert_sampled_rgb_frames(&sup, &cfg, "mjpeg").await;
     sup.shutdown(Duration::from_secs(10)).await;
 }
 

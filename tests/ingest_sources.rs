@@ -29,7 +29,11 @@ fn every_template_instantiates_where_its_elements_exist() {
             built += 1;
         } else {
             // Hardware templates (NVDEC, Jetson) are checked as text only on this machine.
-            assert!(t.name.starts_with("rtsp-"), "{} misses {missing:?}", t.name);
+            assert!(
+                !t.decodes_in_software() && t.name != "test",
+                "{} misses {missing:?}",
+                t.name
+            );
         }
     }
     assert!(built >= 4, "software templates must build here");
@@ -197,4 +201,160 @@ async fn keyframe_decoding_falls_back_to_full_decode_when_the_gop_is_over_the_sa
     assert_eq!(key.frames_in, 300);
     assert_eq!(pts.len(), 10, "{pts:?}");
     let _ = std::fs::remove_file(file);
+}
+
+/// Writes 60 frames of 320x240 I420 `videotestsrc pattern=ball` at 15 fps through `encode` (an
+/// encoder, a parser if any, and a muxer) to `path`, with GStreamer itself.
+fn write_clip(path: &std::path::Path, encode: &str) {
+    gst::init().unwrap();
+    let p = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=60 pattern=ball \
+         ! video/x-raw,format=I420,width=320,height=240,framerate=15/1 \
+         ! {encode} ! filesink location={}",
+        path.display()
+    ))
+    .unwrap();
+    p.set_state(gst::State::Playing).unwrap();
+    let msg = p
+        .bus()
+        .unwrap()
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(60),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("file written in time");
+    assert!(matches!(msg.view(), gst::MessageView::Eos(_)), "{msg:?}");
+    p.set_state(gst::State::Null).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h265_and_mjpeg_files_are_decoded_by_the_file_template() {
+    for (name, encode) in [
+        (
+            "h265.mp4",
+            "x265enc speed-preset=ultrafast ! h265parse ! mp4mux",
+        ),
+        ("mjpeg.mkv", "jpegenc ! matroskamux"),
+    ] {
+        let file =
+            std::env::temp_dir().join(format!("edgevlm-codec-{}-{name}", std::process::id()));
+        write_clip(&file, encode);
+        let cfg = Config::parse(
+            &format!(
+                "[[cameras]]\nid = \"clip\"\nuri = \"file://{}\"\nsample_fps = 2\n",
+                file.display()
+            ),
+            None,
+        )
+        .unwrap();
+        assert_eq!(cfg.cameras[0].pipeline, "file");
+        let sup = Supervisor::start(&cfg);
+        let cam = sup.camera("clip").unwrap();
+        assert!(
+            wait_until(Duration::from_secs(60), || cam.status().state
+                == CameraState::Stopped)
+            .await,
+            "{name}: {:?}",
+            cam.status()
+        );
+        assert_eq!(
+            cam.status().reason.as_deref(),
+            Some("end of file"),
+            "{name}"
+        );
+        // 60 frames at 15 fps, sampled at 2 fps: 8 RGB frames of the reference geometry for
+        // 320x240 and the 60 s window's 120 frames.
+        let g = edgevlm::ingest::camera_geometry(320, 240, 120, &cfg.vision);
+        let frames = cam.window.last(100);
+        assert_eq!(frames.len(), 8, "{name}");
+        for f in &frames {
+            assert_eq!((f.width, f.height), (g.width, g.height), "{name}");
+            assert_eq!(f.rgb.len(), (g.width * g.height * 3) as usize, "{name}");
+            assert!(
+                f.rgb.iter().any(|&b| b != f.rgb[0]),
+                "{name}: uniform frame"
+            );
+        }
+        assert_eq!(cam.shared.counters.snapshot().frames_in, 60, "{name}");
+        sup.shutdown(Duration::from_secs(5)).await;
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+#[test]
+fn probe_runs_a_user_template_file_and_refuses_a_broken_one_with_its_line() {
+    let dir = std::env::temp_dir().join(format!("edgevlm-probe-tpl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A test source of its own size: 640x360 instead of the built-in template's 1280x720.
+    let good = dir.join("small.pipeline");
+    std::fs::write(
+        &good,
+        "# small: a 640x360 test pattern\n# source: test\n# delivers: video/x-raw,format=RGB\n\
+         videotestsrc name=src is-live=true ! video/x-raw,width=640,height=360,framerate=10/1\n\
+         ! videorate name=rate drop-only=true ! videoconvert ! videoscale name=scale\n\
+         ! capsfilter name=caps ! appsink name=sink\n",
+    )
+    .unwrap();
+    let out = common::edgevlm()
+        .args([
+            "probe",
+            "test://smpte",
+            "--frames",
+            "2",
+            "--sample-fps",
+            "2",
+            "--json",
+        ])
+        .arg("--pipeline-file")
+        .arg(&good)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+    assert!(stderr.contains("source 640x360 "), "{stderr}");
+
+    let bad = dir.join("bad.pipeline");
+    std::fs::write(
+        &bad,
+        "# source: test\n# delivers: video/x-raw,format=RGB\n\
+         videotestsrc name=src ! videorate name=rate ! videoscale name=scale\n\
+         ! capsfilter name=caps ! appsink name=out\n",
+    )
+    .unwrap();
+    let out = common::edgevlm()
+        .args(["probe", "test://smpte", "--frames", "1"])
+        .arg("--pipeline-file")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--pipeline-file: {}: no element named `sink`",
+            bad.display()
+        )) && stderr.contains(&format!(
+            "{}:4: the pipeline ends with `appsink`; it must end with the appsink named `sink`",
+            bad.display()
+        )),
+        "{stderr}"
+    );
+    // A template for another kind of source than the uri's.
+    let out = common::edgevlm()
+        .args(["probe", "rtsp://127.0.0.1:1/x", "--frames", "1"])
+        .arg("--pipeline-file")
+        .arg(&good)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:2: `# source: test`, but the camera's uri rtsp://127.0.0.1:1/x is of kind `rtsp`",
+            good.display()
+        )),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -21,7 +21,10 @@ pub use mqtt::{
     BrokerChoice, BrokerUser, EMBEDDED_MAX_CLIENTS, EmbeddedConfig, MqttConfig, MqttProtocol,
     TlsFiles, USER_MAX_CONNECTIONS, WhenFull, check_topic_prefix,
 };
-pub use pipeline::Template;
+pub use pipeline::{
+    ElementSpec, MAX_FILE_BYTES, REQUIRED_NAMES, SOURCE_KINDS, Template, TemplateProblem,
+};
+pub(crate) use pipeline::{elements_of, split_links};
 pub use prune::{ParsePruneModeError, PruneMode, PruneParams};
 pub use snapshots::{SNAPSHOT_MAX_WIDTH, SNAPSHOT_MIN_WIDTH, SnapshotConfig};
 pub use source::{CredentialSource, PasswordSource, Secret, SourceUri, TEST_PATTERNS, redact_uri};
@@ -181,8 +184,12 @@ pub struct CameraConfig {
     pub id: String,
     /// Where frames come from.
     pub uri: SourceUri,
-    /// Pipeline template name (`pipelines/<name>.pipeline`).
+    /// Pipeline template: a built-in name (`pipelines/<name>.pipeline`), or the path of the
+    /// camera's own `pipeline_file`.
     pub pipeline: String,
+    /// The template read from `pipeline_file` when the configuration was loaded (its text, so a
+    /// reload that finds the file changed restarts the camera); `None`: built in, by `pipeline`.
+    pub pipeline_file: Option<Template>,
     /// Whether the camera is started.
     pub enabled: bool,
     /// Sampling rate in frames per second of stream time.
@@ -225,6 +232,7 @@ impl CameraConfig {
             id: id.into(),
             uri,
             pipeline,
+            pipeline_file: None,
             enabled: true,
             sample_fps: 1.0,
             window: Duration::from_secs(60),
@@ -241,6 +249,15 @@ impl CameraConfig {
             prune: PruneParams::default(),
             narrate: NarrateConfig::default(),
             cache: CacheConfig::default(),
+        }
+    }
+
+    /// The camera's template: its own file's, or the built-in one `pipeline` names (an error
+    /// when that is unknown or reads another kind of source).
+    pub fn template(&self) -> Result<Template, String> {
+        match &self.pipeline_file {
+            Some(t) => Ok(t.clone()),
+            None => Template::for_camera(&self.pipeline, &self.uri),
         }
     }
 
@@ -590,9 +607,20 @@ fn decode_camera(
     f.finish(sink);
 
     let uri = source.uri?;
-    let pipeline = decode_pipeline(path, source.pipeline, &uri, sink);
+    let (pipeline, pipeline_file) = decode_pipeline(
+        path,
+        source.pipeline.as_deref(),
+        source.pipeline_file.as_deref(),
+        &uri,
+        base_dir,
+        sink,
+    );
+    let template = match &pipeline_file {
+        Some(t) => Some(t.clone()),
+        None => Template::by_name(&pipeline),
+    };
     if stream.decode == DecodeMode::Keyframes
-        && let Some(t) = Template::by_name(&pipeline)
+        && let Some(t) = template
         && !t.decodes_in_software()
     {
         sink.error(
@@ -600,7 +628,9 @@ fn decode_camera(
             format!(
                 "\"keyframes\" needs a template that decodes in software (decodebin: rtsp, file); \
                  `{pipeline}` {}",
-                if t.source_kind() == "rtsp" {
+                if t.file.is_some() {
+                    "has no decodebin, whose decoder the keyframe gate watches"
+                } else if t.source_kind() == "rtsp" {
                     "decodes on the GPU, where a full decode costs the CPU nothing"
                 } else {
                     "delivers raw frames, with nothing to skip"
@@ -612,6 +642,7 @@ fn decode_camera(
         id: source.id?,
         uri,
         pipeline,
+        pipeline_file,
         enabled: source.enabled,
         sample_fps: sampling.sample_fps,
         window: sampling.window,
@@ -631,7 +662,8 @@ fn decode_camera(
     })
 }
 
-/// What a camera is and where its frames come from (`id`, `uri`, `pipeline`, `enabled`).
+/// What a camera is and where its frames come from (`id`, `uri`, `pipeline`, `pipeline_file`,
+/// `enabled`).
 struct CameraSource {
     /// `None`: missing or invalid type (reported); an invalid id is reported but kept.
     id: Option<String>,
@@ -639,6 +671,8 @@ struct CameraSource {
     uri: Option<SourceUri>,
     /// The template as written; checked against the uri by [`decode_pipeline`].
     pipeline: Option<String>,
+    /// The user template file as written (relative to the configuration's directory).
+    pipeline_file: Option<PathBuf>,
     enabled: bool,
 }
 
@@ -646,11 +680,13 @@ fn decode_source(f: &mut Fields<'_>, sink: &mut Sink) -> CameraSource {
     let id = decode_camera_id(f, sink);
     let uri = decode_uri(f, sink);
     let pipeline = f.opt("pipeline", sink);
+    let pipeline_file = f.opt("pipeline_file", sink);
     let enabled = f.get("enabled", true, sink);
     CameraSource {
         id,
         uri,
         pipeline,
+        pipeline_file,
         enabled,
     }
 }
@@ -690,18 +726,49 @@ fn decode_uri(f: &mut Fields<'_>, sink: &mut Sink) -> Option<SourceUri> {
     }
 }
 
-/// The camera's pipeline template (the uri's default when not given), which must read its uri.
+/// The camera's pipeline template, which must read its uri: a built-in one by name (the uri's
+/// default when not given), or the user's `pipeline_file`, read and checked now (so `validate` and
+/// a reload check it), its path relative to the configuration's directory. Returns the name (the
+/// file's path for a user template) and the user template.
 fn decode_pipeline(
     path: &str,
-    pipeline: Option<String>,
+    pipeline: Option<&str>,
+    pipeline_file: Option<&Path>,
     uri: &SourceUri,
+    base_dir: Option<&Path>,
     sink: &mut Sink,
-) -> String {
-    let pipeline = pipeline.unwrap_or_else(|| uri.default_pipeline().to_string());
-    if let Err(why) = Template::for_camera(&pipeline, uri) {
-        sink.error(format!("{path}.pipeline"), why);
+) -> (String, Option<Template>) {
+    let Some(file) = pipeline_file else {
+        let pipeline = pipeline.unwrap_or(uri.default_pipeline()).to_string();
+        if let Err(why) = Template::for_camera(&pipeline, uri) {
+            sink.error(format!("{path}.pipeline"), why);
+        }
+        return (pipeline, None);
+    };
+    let key = format!("{path}.pipeline_file");
+    if let Some(name) = pipeline {
+        sink.error(
+            key.clone(),
+            format!(
+                "give `pipeline` (a built-in template, here `{name}`) or `pipeline_file` (your \
+                 own), not both"
+            ),
+        );
     }
-    pipeline
+    let file = match base_dir {
+        Some(base) if file.is_relative() => base.join(file),
+        _ => file.to_path_buf(),
+    };
+    let name = file.display().to_string();
+    match Template::load_for_camera(&file, uri) {
+        Ok(t) => (name, Some(t)),
+        Err(problems) => {
+            for p in problems {
+                sink.error(key.clone(), p);
+            }
+            (name, None)
+        }
+    }
 }
 
 /// How often a camera samples and how much it keeps (`sample_fps`, `window_secs`).
@@ -1066,6 +1133,58 @@ mod tests {
             );
         }
         assert_eq!(errs.len(), 3, "{errs:#?}");
+    }
+
+    #[test]
+    fn a_pipeline_file_is_read_relative_to_the_config_and_held_as_text() {
+        let dir = std::env::temp_dir().join(format!("edgevlm-pf-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("pipelines")).unwrap();
+        let file = dir.join("pipelines/mine.pipeline");
+        let text = Template::by_name("rtsp").unwrap().text.to_string();
+        std::fs::write(&file, &text).unwrap();
+        let toml = "[[cameras]]\nid = \"a\"\nuri = \"rtsp://cam/a\"\n\
+                    pipeline_file = \"pipelines/mine.pipeline\"\ndecode = \"keyframes\"\n";
+        let before = Config::parse(toml, Some(&dir)).unwrap();
+        let cam = &before.cameras[0];
+        assert_eq!(cam.pipeline, file.display().to_string());
+        let t = cam.template().unwrap();
+        assert_eq!(
+            (t.file.as_deref(), t.text.as_ref()),
+            (Some(file.as_path()), text.as_str())
+        );
+        // decodebin: keyframe decoding is allowed, as for the built-in `rtsp`.
+        assert_eq!(cam.decode, DecodeMode::Keyframes);
+        // The file is read at every load: an edited file is a changed camera (a reload restarts it).
+        std::fs::write(&file, text.replace("drop-only=true", "drop-only=false")).unwrap();
+        let after = Config::parse(toml, Some(&dir)).unwrap();
+        assert_ne!(before.cameras[0], after.cameras[0]);
+        assert_eq!(
+            Config::parse(toml, Some(&dir)).unwrap().cameras[0],
+            after.cameras[0]
+        );
+        // A user template without decodebin cannot gate keyframes, and says why.
+        std::fs::write(
+            &file,
+            text.replace("decodebin", "rtph264depay ! avdec_h264"),
+        )
+        .unwrap();
+        let errs = Config::parse(toml, Some(&dir)).unwrap_err().to_string();
+        assert!(
+            errs.ends_with(&format!(
+                "`{}` has no decodebin, whose decoder the keyframe gate watches",
+                file.display()
+            )),
+            "{errs}"
+        );
+        // Without the configuration's directory, the relative path does not resolve.
+        let errs = errors(toml);
+        assert!(
+            errs.len() == 1
+                && errs[0]
+                    .starts_with("cameras[0].pipeline_file: cannot read pipelines/mine.pipeline: "),
+            "{errs:#?}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

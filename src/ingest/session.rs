@@ -235,20 +235,18 @@ impl Session {
             template: cfg.pipeline.clone(),
             message,
         };
-        let template = Template::for_camera(&cfg.pipeline, &cfg.uri).map_err(&tpl_err)?;
+        let template: Template = cfg.template().map_err(&tpl_err)?;
         template.check_text().map_err(&tpl_err)?;
+        if let Some(missing) = template.missing_elements()?.into_iter().next() {
+            return Err(IngestError::MissingElement {
+                camera: camera.clone(),
+                template: template.name.to_string(),
+                hint: format!("; {}", missing.hint),
+                element: missing.factory,
+            });
+        }
         // With stand-ins for elements newer than the running GStreamer (`compat`).
         let launch = super::compat::launch_line(&template.launch());
-        for factory in super::template::elements_of(&launch).into_iter().map(|e| e.factory) {
-            if gst::ElementFactory::find(&factory).is_none() {
-                return Err(IngestError::MissingElement {
-                    camera: camera.clone(),
-                    template: template.name.to_string(),
-                    hint: missing_element_hint(&factory),
-                    element: factory,
-                });
-            }
-        }
 
         let pipeline = gst::parse::launch(&launch)
             .map_err(|e| tpl_err(format!("does not parse: {e}")))?
@@ -457,23 +455,6 @@ fn debug_detail(debug: &str) -> String {
         .filter(|l| !(l.is_empty() || (l.contains(".c(") && l.contains("():"))))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-fn missing_element_hint(factory: &str) -> String {
-    let hint = match factory {
-        "nvh264dec" | "nvh265dec" | "cudaconvertscale" | "cudadownload" | "cudaupload" => {
-            "; it comes with an NVIDIA GPU driver and gstreamer1.0-plugins-bad built with nvcodec \
-             (use pipeline = \"rtsp\" for software decoding)"
-        }
-        "nvv4l2decoder" | "nvvidconv" => {
-            "; it comes with NVIDIA JetPack on Jetson devices (use pipeline = \"rtsp\" elsewhere)"
-        }
-        "avdec_h264" | "avdec_h265" => "; install gstreamer1.0-libav",
-        "rtspsrc" | "rtph264depay" | "v4l2src" => "; install gstreamer1.0-plugins-good",
-        "h264parse" | "h265parse" => "; install gstreamer1.0-plugins-bad",
-        _ => "",
-    };
-    hint.to_string()
 }
 
 enum SourceError {

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use frames::{Frame, Rng};
-pub use rtsp::{CameraSpec, RtspServer};
+pub use rtsp::{CameraSpec, Codec, RtspServer};
 pub use run::RunProcess;
 
 /// Polls `cond` every 50 ms until it holds or `timeout` passes; returns whether it held.

@@ -1,5 +1,5 @@
-//! An in-process RTSP camera: gst-rtsp-server serving `videotestsrc ! x264enc`
-//! (docs/ARCHITECTURE.md, "Testing with real parts").
+//! An in-process RTSP camera: gst-rtsp-server serving `videotestsrc ! x264enc` (or x265enc, or
+//! jpegenc: [`Codec`]) (docs/ARCHITECTURE.md, "Testing with real parts").
 //!
 //! Shared by the integration tests and by `examples/rtsp_test_server.rs`, which runs the same server
 //! in a child process so tests can kill or freeze it like a real camera.
@@ -24,6 +24,46 @@ pub struct CameraSpec {
     pub port: u16,
     /// Basic-auth user and password, if the camera requires them.
     pub auth: Option<(String, String)>,
+    /// What the camera encodes to.
+    pub codec: Codec,
+}
+
+/// The video codec a test camera sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Codec {
+    /// x264, a keyframe every second.
+    #[default]
+    H264,
+    /// x265 (HEVC), a keyframe every second.
+    H265,
+    /// Motion JPEG (RTP/JPEG, RFC 2435): every frame a JPEG.
+    Mjpeg,
+}
+
+impl Codec {
+    /// The encoder and payloader of a launch line, after the raw video at `fps`.
+    fn encode(self, fps: u32) -> String {
+        match self {
+            Codec::H264 => format!(
+                "x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} \
+                 ! rtph264pay name=pay0 pt=96 config-interval=1"
+            ),
+            Codec::H265 => format!(
+                "x265enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} \
+                 ! rtph265pay name=pay0 pt=96 config-interval=1"
+            ),
+            Codec::Mjpeg => "jpegenc ! rtpjpegpay name=pay0 pt=26".into(),
+        }
+    }
+
+    /// Fields the raw video's caps need for this encoder.
+    fn raw_fields(self) -> &'static str {
+        match self {
+            // RTP/JPEG carries 4:2:0 or 4:2:2 only; videotestsrc would offer jpegenc 4:4:4.
+            Codec::Mjpeg => ",format=I420",
+            Codec::H264 | Codec::H265 => "",
+        }
+    }
 }
 
 impl Default for CameraSpec {
@@ -35,6 +75,7 @@ impl Default for CameraSpec {
             fps: 15,
             port: 0,
             auth: None,
+            codec: Codec::H264,
         }
     }
 }
@@ -58,10 +99,14 @@ impl RtspServer {
     /// Starts a server on its own thread and GLib main context.
     pub fn start(spec: CameraSpec) -> RtspServer {
         let launch = format!(
-            "( videotestsrc is-live=true pattern={} ! video/x-raw,width={},height={},framerate={}/1 \
-             ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={} \
-             ! rtph264pay name=pay0 pt=96 config-interval=1 )",
-            spec.pattern, spec.width, spec.height, spec.fps, spec.fps
+            "( videotestsrc is-live=true pattern={} \
+             ! video/x-raw,width={},height={},framerate={}/1{} ! {} )",
+            spec.pattern,
+            spec.width,
+            spec.height,
+            spec.fps,
+            spec.codec.raw_fields(),
+            spec.codec.encode(spec.fps)
         );
         let mount = Mount {
             path: "/cam".into(),
