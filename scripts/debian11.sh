@@ -78,6 +78,8 @@ if [ "$(cat "$ROOT/.edgevlm-stamp" 2>/dev/null)" != "$stamp" ]; then
   echo "debian11: root made in $((SECONDS - t0)) s"
 fi
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# `localhost` for the MQTT clients (debootstrap writes no /etc/hosts).
+printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$ROOT/etc/hosts"
 [ "${1:-}" = root ] && exit 0
 
 # The fixtures scripts/test.sh makes; this script runs after it.
@@ -113,6 +115,10 @@ if [ "$(cat .venv/.stamp 2>/dev/null)" != "$req" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -r /build/requirements.txt
   echo "$req" >.venv/.stamp
 fi
+# The runtime's own search of the venv (tests/engine_cli.rs clears ORT_DYLIB_PATH) must find the
+# 1.32 library beside the wheel's 1.19 one; it takes the newest name. Python's onnxruntime does
+# not load this file.
+cp -f /opt/onnxruntime/libonnxruntime.so.* .venv/lib/python3*/site-packages/onnxruntime/capi/
 if [ "${1:-}" = measure ]; then
   cargo build --locked --release --bin edgevlm 2>&1 | tail -1
   bash scripts/measure-start.sh /build/target/release/edgevlm
@@ -122,6 +128,7 @@ tests=$(ls tests/*.rs | xargs -n1 basename | sed 's/\.rs$//' | grep -vx videolla
   sed 's/^/--test /' | tr '\n' ' ')
 echo "== debian11: cargo build (tests)"
 t0=$SECONDS
+cargo build --workspace --locked --examples 2>&1 | tail -1
 cargo test --workspace --locked --no-run --lib --bins $tests 2>&1 | grep -v "^ *Executable" | tail -2
 echo "debian11: built in $((SECONDS - t0)) s"
 echo "== debian11: cargo tests (every test binary but videollama3_export)"

@@ -50,7 +50,11 @@ fn normalisation_and_layout_match_the_reference_processor() {
     let ours = e.vision().encode(&[&f], w, h).unwrap();
     // numpy: (rgb / 255 - mean) / std in float32, HWC -> CHW, then the ONNX graph in Python.
     let script = r#"
-import sys, tomllib, numpy as np, onnxruntime as ort
+import sys, numpy as np, onnxruntime as ort
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11 (scripts/debian11.sh's root): the same parser
+    import tomli as tomllib
 d, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 m = tomllib.load(open(d + "/manifest.toml", "rb"))["vision"]
 rgb = np.frombuffer(sys.stdin.buffer.read(), dtype=np.uint8).reshape(h, w, 3)

@@ -418,7 +418,12 @@ async fn the_web_page_shows_the_camera_and_its_narrations_and_streams_an_answer_
         .args([script, &format!("{base}/"), shot.to_str().unwrap()])
         .output()
         .expect("python");
-    let r = json(&out.stdout);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "web_page.py printed no result ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     assert!(
         out.status.success(),
         "{r} {}",

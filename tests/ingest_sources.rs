@@ -15,13 +15,16 @@ fn every_template_instantiates_where_its_elements_exist() {
     let mut built = 0;
     for t in Template::all() {
         t.check_text().unwrap();
+        // As the running GStreamer builds it (stand-ins for elements newer than it).
         let missing: Vec<_> = t
-            .factories()
+            .missing_elements()
+            .unwrap()
             .into_iter()
-            .filter(|f| gst::ElementFactory::find(f).is_none())
+            .map(|m| m.factory)
             .collect();
         if missing.is_empty() {
-            let p = gst::parse::launch(&t.launch()).unwrap_or_else(|e| panic!("{}: {e}", t.name));
+            let launch = edgevlm::ingest::launch_line(&t.launch());
+            let p = gst::parse::launch(&launch).unwrap_or_else(|e| panic!("{}: {e}", t.name));
             let bin = p.downcast::<gst::Bin>().unwrap();
             for name in edgevlm::ingest::REQUIRED_NAMES {
                 assert!(bin.by_name(name).is_some(), "{}: no `{name}`", t.name);

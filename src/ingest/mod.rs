@@ -10,7 +10,7 @@ mod keyframes;
 mod session;
 mod template;
 
-pub use compat::summary as gstreamer_summary;
+pub use compat::{launch_line, summary as gstreamer_summary};
 pub use geometry::{Geometry, TOKEN_PX, camera_geometry, processor_geometry, reference_geometry};
 pub use session::{CameraShared, IngestError, Session, SessionEvent, init};
 pub use template::{ElementSpec, MissingElement, REQUIRED_NAMES, Template, missing_elements};
