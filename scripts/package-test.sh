@@ -459,13 +459,15 @@ rm -f "$root$conf.dpkg-dist"
 touch "$root/var/lib/edgevlm/left-by-the-service" "$root/etc/edgevlm/credentials/front-door.pw"
 check "apt-get remove" bash -c 'chroot "$1" apt-get -o DPkg::Lock::Timeout=900 remove -y -q edgevlm > "$2" 2>&1' _ "$root" "$work/remove.log"
 check "  remove keeps $conf and /var/lib/edgevlm" test -f "$root$conf" -a -d "$root/var/lib/edgevlm"
-check "  remove leaves no enablement symlink" test ! -e "$root/etc/systemd/system/multi-user.target.wants/edgevlm.service"
+check "  remove takes the unit away ($(in_root systemctl is-enabled edgevlm.service 2>&1 || true))" \
+  test ! -e "$root/usr/lib/systemd/system/edgevlm.service" -a ! -e "$root/lib/systemd/system/edgevlm.service"
 check "apt-get purge" bash -c 'chroot "$1" apt-get -o DPkg::Lock::Timeout=900 purge -y -q edgevlm > "$2" 2>&1' _ "$root" "$work/purge.log"
 grep -iE "warning|not empty" "$work/purge.log" | sed 's/^/  apt: /' || true
 for d in /var/lib/edgevlm /var/cache/edgevlm /etc/edgevlm; do check "  purge removed $d" test ! -e "$root$d"; done
 check "  dpkg forgot edgevlm" bash -c '! chroot "$1" dpkg-query -W -f="\${Status}" edgevlm 2>/dev/null | grep -q installed' _ "$root"
-check "  purge removed the unit's state in /var/lib/systemd/deb-systemd-helper-enabled" \
-  test ! -e "$root/var/lib/systemd/deb-systemd-helper-enabled/edgevlm.service.dsh-also"
+check "  purge removed the enablement link, the mask and deb-systemd-helper's state" \
+  test ! -L "$root/etc/systemd/system/multi-user.target.wants/edgevlm.service" -a ! -L "$root/etc/systemd/system/edgevlm.service" \
+  -a ! -e "$root/var/lib/systemd/deb-systemd-helper-enabled/edgevlm.service.dsh-also"
 echo "  the edgevlm user stays after purge (Debian keeps system users): $(in_root getent passwd edgevlm || echo gone)"
 
 summary
