@@ -158,7 +158,7 @@ fn the_unit_file_passes_systemd_analyze_verify() {
     for required in [
         "Type=notify",
         "WatchdogSec=",
-        "ExecStartPre=/usr/local/bin/edgevlm validate",
+        "ExecStartPre=/usr/bin/edgevlm validate",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=on-failure",
         "StateDirectory=",
@@ -187,8 +187,8 @@ fn the_unit_file_passes_systemd_analyze_verify() {
     // verify checks that executables and credential sources exist: point them at real files.
     let dir = tempdir("unit");
     let local = unit
-        .replace("/usr/local/bin/edgevlm", env!("CARGO_BIN_EXE_edgevlm"))
-        .replace("/etc/edgevlm/credentials/front-door.pw", "/etc/hostname");
+        .replace("/usr/bin/edgevlm", env!("CARGO_BIN_EXE_edgevlm"))
+        .replace("/etc/edgevlm/credentials", dir.to_str().unwrap());
     let path = dir.join("edgevlm.service");
     std::fs::write(&path, local).unwrap();
     let out = std::process::Command::new("systemd-analyze")
