@@ -132,6 +132,15 @@ struct EngineArgs {
 }
 
 fn main() -> ExitCode {
+    // The ONNX Runtime library of the PyPI wheel (what setup.sh and the Debian package ship)
+    // carries Microsoft's telemetry on Linux: whatever `with_telemetry(false)` says, it writes a
+    // device id under ~/.cache/Microsoft and starts an uploader unless this is set
+    // (docs/PACKAGE.md). A value the user set wins.
+    if std::env::var_os("ORT_DISABLE_TELEMETRY").is_none() {
+        // SAFETY: set first thing in main, before any other thread exists (the logger, tokio and
+        // GStreamer start later), so no thread can read the environment meanwhile.
+        unsafe { std::env::set_var("ORT_DISABLE_TELEMETRY", "1") };
+    }
     let cli = Cli::parse();
     init_logging(matches!(cli.command, Command::Eval(_)));
     match cli.command {

@@ -503,7 +503,10 @@ fn validate_deep_loads_and_runs_the_engines() {
     );
     let (code, stdout, stderr) = validate_text(&dir, &config, &["--deep"]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains("engines: loaded and ran once each"), "{stdout}");
+    assert!(
+        stdout.contains("engines: loaded and ran once each"),
+        "{stdout}"
+    );
 
     // A corrupt decoder passes the cheap checks (the file is there) but not the deep one.
     let decoder = model.join("decoder_model_merged.onnx");

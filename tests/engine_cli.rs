@@ -108,3 +108,40 @@ fn engines_build_rejects_a_malformed_size() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size must be WIDTHxHEIGHT"));
 }
+
+#[test]
+fn onnx_runtime_writes_no_telemetry_unless_the_user_turns_it_on() {
+    // The PyPI wheel's library writes a device id and a telemetry store under
+    // $HOME/.cache/Microsoft when ORT_DISABLE_TELEMETRY is not set; edgevlm sets it.
+    let dir = engine_common::tiny_dir();
+    let telemetry = |home: &std::path::Path, env: Option<&str>| {
+        let _ = std::fs::remove_dir_all(home);
+        std::fs::create_dir_all(home).unwrap();
+        let mut c = edgevlm();
+        c.env("HOME", home).env_remove("ORT_DISABLE_TELEMETRY");
+        if let Some(v) = env {
+            c.env("ORT_DISABLE_TELEMETRY", v);
+        }
+        let out = c
+            .args(["engines", "check", dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        home.join(".cache/Microsoft").exists()
+    };
+    let home = std::env::temp_dir().join(format!("edgevlm-home-{}", std::process::id()));
+    assert!(
+        !telemetry(&home, None),
+        "telemetry files written by default"
+    );
+    // The control: the user's own setting wins, and then the library writes them.
+    assert!(
+        telemetry(&home, Some("0")),
+        "the library no longer writes its files"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -142,7 +142,8 @@ mod tests {
 
     #[test]
     fn lines_without_convert_scale_are_unchanged() {
-        let launch = "videotestsrc name=src ! videoconvert ! videoscale name=scale ! appsink name=sink";
+        let launch =
+            "videotestsrc name=src ! videoconvert ! videoscale name=scale ! appsink name=sink";
         assert_eq!(split_convert_scale(launch, &gst_1_18), launch);
     }
 
