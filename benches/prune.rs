@@ -2,6 +2,9 @@
 //! the same frame (the floor: the pruner must at least read the frame and store it as the
 //! next previous frame). Throughput is one frame's RGB bytes per iteration.
 //!
+//! `sad/` times the fused SAD-and-copy kernel alone: the target's own (SSE2 on x86_64, NEON on
+//! aarch64) against the portable loop, on the same frames (docs/ARCHITECTURE.md, "arm64").
+//!
 //! Run: `cargo bench --bench prune -- --warm-up-time 1 --measurement-time 3`
 //! (with `--features prune-cuda` on a GPU machine the `cuda/` cases run too).
 
@@ -9,7 +12,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use edgevlm::prune::oracle::{FloatPruner, Normalise};
-use edgevlm::prune::{PruneParams, Pruner};
+use edgevlm::prune::{BlockGrid, PruneParams, Pruner, SadBench, SadKernel};
 
 const SIZES: [(usize, usize); 2] = [(336, 196), (1288, 728)];
 
@@ -83,6 +86,44 @@ fn cpu(c: &mut Criterion) {
     }
 }
 
+fn kernel(c: &mut Criterion) {
+    let params = PruneParams::default();
+    // One case on targets where the native kernel is the portable loop.
+    let kernels: &[SadKernel] = if SadKernel::Native.name() == SadKernel::Portable.name() {
+        &[SadKernel::Native]
+    } else {
+        &[SadKernel::Native, SadKernel::Portable]
+    };
+    for (w, h) in SIZES {
+        let geom = BlockGrid::new(w, h, params.patch, params.merge).expect("valid geometry");
+        let input = frames(w, h);
+        // The kernels must agree before their times mean anything.
+        let mut native = SadBench::new(&geom);
+        let mut portable = SadBench::new(&geom);
+        for f in input.iter().chain(&input) {
+            assert_eq!(
+                native.run(SadKernel::Native, f, w * 3),
+                portable.run(SadKernel::Portable, f, w * 3),
+                "{} and portable SADs differ at {w}x{h}",
+                SadKernel::Native.name()
+            );
+        }
+        let mut group = c.benchmark_group(format!("sad/{w}x{h}"));
+        group.throughput(Throughput::Bytes((w * h * 3) as u64));
+        for &k in kernels {
+            let mut bench = SadBench::new(&geom);
+            let mut t = 0usize;
+            group.bench_function(k.name(), |b| {
+                b.iter(|| {
+                    t ^= 1;
+                    black_box(bench.run(k, black_box(&input[t]), w * 3)[0])
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
 #[cfg(feature = "prune-cuda")]
 fn gpu(c: &mut Criterion) {
     use edgevlm::prune::{Backend, BackendKind};
@@ -116,5 +157,5 @@ fn gpu(c: &mut Criterion) {
 #[cfg(not(feature = "prune-cuda"))]
 fn gpu(_: &mut Criterion) {}
 
-criterion_group!(benches, cpu, gpu);
+criterion_group!(benches, cpu, kernel, gpu);
 criterion_main!(benches);

@@ -6,16 +6,24 @@
 //!   a separate copy pass re-reads the frame and cost about 30 % more.
 //! - Row-major order (a frame row at a time, every block of it) so the loads stream; walking one
 //!   block at a time over 28 strided rows was 4x slower on 1288x728 frames.
-//! - Two rows per step, each block row cut into 16-byte chunks summed with `psadbw` into a
-//!   vector accumulator, reduced once per block and row pair. LLVM's autovectoriser picks
-//!   4-byte `psadbw` (or a horizontal reduction per chunk) for the portable loop, which is 2-3x
-//!   slower, so x86_64 uses SSE2 intrinsics (baseline on every x86_64 CPU, no detection
-//!   needed). Other targets use the portable loop (LLVM makes `uabd`/`uadalp` of it on aarch64).
+//! - Two rows per step, each block row cut into 16-byte chunks summed into a vector
+//!   accumulator, reduced once per block and row pair. Each target with a kernel of its own
+//!   uses intrinsics that are part of its baseline (no run-time detection):
+//!   - x86_64: SSE2 `psadbw`. LLVM's autovectoriser picks 4-byte `psadbw` for the portable
+//!     loop, which took 2.8x and 3.2x the SSE2 time on 336x196 frames and 2.0x and 1.9x on
+//!     1288x728, where SSE2 runs at about memcpy speed (`sad/` in benches/prune.rs, two runs).
+//!   - aarch64: NEON `uabd` per chunk, `uadalp` into eight u16 lanes. For the portable loop
+//!     LLVM emits `uabd`/`uabal` but widens every chunk's sums to u32 lanes
+//!     (`ushll`/`uaddl`/`uaddl2`): 107 instructions for two 84-byte block rows against 58 for
+//!     the NEON kernel (each compiled alone, rustc 1.95, opt-level 3). That count is the only
+//!     speed evidence: no arm64 machine was at hand, and times under qemu mean nothing.
+//!   - Other targets use the portable loop.
 //! - The previous frame is kept in [`PrevFrame`]'s layout: every 84-byte block row starts a
 //!   16-byte-aligned 96-byte slot, so its loads and stores never straddle a cache line
 //!   (17 % faster on 336x196 than the packed layout; 14 % more memory).
 //!
-//! Both kernels are exact integer code and are checked against a plain per-block sum.
+//! Every kernel is exact integer code. The tests run the target's kernel and the portable one
+//! against plain sums; scripts/check-arm64.sh runs them for aarch64 under qemu-user.
 
 use super::grid::BlockGrid;
 
@@ -112,6 +120,29 @@ impl PrevFrame {
     /// The caller has validated `cur` with [`BlockGrid::check_frame`]; the buffer and `sads` are
     /// sized for the geometry at construction, so the slicing below cannot go out of bounds.
     pub(crate) fn sad_and_copy(&mut self, cur: &[u8], stride: usize, sads: &mut [u32]) {
+        self.sad_and_copy_with(cur, stride, sads, pair_sad_copy);
+    }
+
+    /// [`Self::sad_and_copy`] through the kernel `kernel` names ([`SadBench`] and the tests).
+    fn sad_and_copy_by(&mut self, kernel: SadKernel, cur: &[u8], stride: usize, sads: &mut [u32]) {
+        match kernel {
+            SadKernel::Native => self.sad_and_copy(cur, stride, sads),
+            SadKernel::Portable => {
+                self.sad_and_copy_with(cur, stride, sads, portable::pair_sad_copy)
+            }
+        }
+    }
+
+    /// [`Self::sad_and_copy`] through `kernel` (a function item, so each kernel gets its own
+    /// fully inlined copy of the loops).
+    #[inline(always)]
+    fn sad_and_copy_with(
+        &mut self,
+        cur: &[u8],
+        stride: usize,
+        sads: &mut [u32],
+        kernel: impl Fn([&[u8]; 2], [&mut [Lane16]; 2]) -> u32 + Copy,
+    ) {
         let geom = self.geom;
         let (rb, brb, block) = (geom.row_bytes(), geom.block_row_bytes(), geom.block());
         let row_lanes = self.row_lanes();
@@ -127,9 +158,9 @@ impl PrevFrame {
                 let c1 = &cur[(y + 1) * stride..(y + 1) * stride + rb];
                 if brb == 84 {
                     // The default block: lengths known at compile time, loops fully unrolled.
-                    rows_fixed::<84, 6>([c0, c1], [p0, p1], sad_row);
+                    rows_fixed::<84, 6>([c0, c1], [p0, p1], sad_row, kernel);
                 } else {
-                    rows_dyn(brb, slot, [c0, c1], [p0, p1], sad_row);
+                    rows_dyn(brb, slot, [c0, c1], [p0, p1], sad_row, kernel);
                 }
                 y += 2;
             }
@@ -152,6 +183,7 @@ fn rows_fixed<const B: usize, const L: usize>(
     cur: [&[u8]; 2],
     prev: [&mut [Lane16]; 2],
     sads: &mut [u32],
+    kernel: impl Fn([&[u8]; 2], [&mut [Lane16]; 2]) -> u32,
 ) {
     let [c0, c1] = cur;
     let [p0, p1] = prev;
@@ -162,13 +194,20 @@ fn rows_fixed<const B: usize, const L: usize>(
             .zip(p1.as_chunks_mut::<L>().0),
     );
     for (s, ((a0, a1), (b0, b1))) in sads.iter_mut().zip(blocks) {
-        *s += pair_sad_copy([a0, a1], [b0, b1]);
+        *s += kernel([a0, a1], [b0, b1]);
     }
 }
 
 /// Two frame rows, any block row length.
 #[inline(always)]
-fn rows_dyn(brb: usize, slot: usize, cur: [&[u8]; 2], prev: [&mut [Lane16]; 2], sads: &mut [u32]) {
+fn rows_dyn(
+    brb: usize,
+    slot: usize,
+    cur: [&[u8]; 2],
+    prev: [&mut [Lane16]; 2],
+    sads: &mut [u32],
+    kernel: impl Fn([&[u8]; 2], [&mut [Lane16]; 2]) -> u32,
+) {
     let [c0, c1] = cur;
     let [p0, p1] = prev;
     let blocks = c0
@@ -176,15 +215,84 @@ fn rows_dyn(brb: usize, slot: usize, cur: [&[u8]; 2], prev: [&mut [Lane16]; 2], 
         .zip(c1.chunks_exact(brb))
         .zip(p0.chunks_exact_mut(slot).zip(p1.chunks_exact_mut(slot)));
     for (s, ((a0, a1), (b0, b1))) in sads.iter_mut().zip(blocks) {
-        *s += pair_sad_copy([a0, a1], [b0, b1]);
+        *s += kernel([a0, a1], [b0, b1]);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 use sse2::pair_sad_copy;
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+use neon::pair_sad_copy;
+
+#[cfg(not(any(
+    target_arch = "x86_64",
+    all(target_arch = "aarch64", target_feature = "neon")
+)))]
 use portable::pair_sad_copy;
+
+/// Name of the kernel [`PrevFrame::sad_and_copy`] uses on this target.
+const KERNEL: &str = if cfg!(target_arch = "x86_64") {
+    "sse2"
+} else if cfg!(all(target_arch = "aarch64", target_feature = "neon")) {
+    "neon"
+} else {
+    "portable"
+};
+
+/// Which kernel [`SadBench`] runs.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SadKernel {
+    /// The one production uses on this target ([`SadKernel::name`] says which).
+    Native,
+    /// The portable loop, whatever the target.
+    Portable,
+}
+
+impl SadKernel {
+    /// `sse2`, `neon` or `portable`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SadKernel::Native => KERNEL,
+            SadKernel::Portable => "portable",
+        }
+    }
+}
+
+/// Benchmark hook (benches/prune.rs): the fused SAD and copy of whole frames through a chosen
+/// kernel, so the portable loop can be timed against the native one on the same inputs. Not
+/// part of the API; production always uses the native kernel.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct SadBench {
+    prev: PrevFrame,
+    sads: Vec<u32>,
+}
+
+impl SadBench {
+    /// Zeroed previous frame for frames of `geom`.
+    pub fn new(geom: &BlockGrid) -> Self {
+        SadBench {
+            prev: PrevFrame::new(geom),
+            sads: vec![0; geom.tokens()],
+        }
+    }
+
+    /// Per-block SADs of `cur` against the previous frame, which becomes `cur`.
+    ///
+    /// # Panics
+    /// If `cur` does not hold a frame of the geometry ([`BlockGrid::check_frame`]).
+    pub fn run(&mut self, kernel: SadKernel, cur: &[u8], stride: usize) -> &[u32] {
+        self.prev
+            .geom
+            .check_frame(cur.len(), stride)
+            .expect("SadBench::run: frame does not fit the geometry");
+        self.prev
+            .sad_and_copy_by(kernel, cur, stride, &mut self.sads);
+        &self.sads
+    }
+}
 
 /// SSE2 kernel (x86_64 baseline).
 #[cfg(target_arch = "x86_64")]
@@ -256,12 +364,86 @@ mod sse2 {
     }
 }
 
-/// Portable kernel: the reference for the SSE2 one and the path on other targets.
+/// NEON kernel (aarch64 baseline: every aarch64 Linux CPU has Advanced SIMD, no detection
+/// needed). Same layout and steps as the SSE2 one: `uabd` gives the 16 absolute differences of a
+/// chunk, `uadalp` adds them pairwise into eight u16 lanes, reduced once per call.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon {
+    use std::arch::aarch64::{
+        uint16x8_t, vabd_u8, vabdq_u8, vaddlv_u8, vaddlvq_u16, vcreate_u8, vdupq_n_u16, vld1q_u8,
+        vpadalq_u8, vst1q_u8,
+    };
+
+    use super::{Lane16, lane_bytes_mut};
+
+    /// SAD of one block row in each of two frame rows against their slots, storing `cur` in
+    /// the slots. `cur[i].len()` bytes are compared; the slots hold at least that many.
+    #[inline(always)]
+    pub(super) fn pair_sad_copy(cur: [&[u8]; 2], prev: [&mut [Lane16]; 2]) -> u32 {
+        let [c0, c1] = cur;
+        let [p0, p1] = prev;
+        let (c0v, c0t) = c0.as_chunks::<16>();
+        let (c1v, c1t) = c1.as_chunks::<16>();
+        let full = c0v.len();
+        // One accumulator per row. `uadalp` adds at most 2 * 255 to a u16 lane per chunk, and a
+        // block row has at most 768 / 16 = 48 chunks (MAX_BLOCK): at most 24,480 < 2^16.
+        // SAFETY (every block below): NEON is part of the aarch64 baseline (and the module is
+        // compiled only with `target_feature = "neon"`); each load reads the 16 bytes of a
+        // `[u8; 16]` or a `Lane16` it borrows, each store writes the 16 bytes of a `Lane16` it
+        // borrows mutably (16-byte aligned by its type, so no store straddles a cache line).
+        let mut acc0 = unsafe { vdupq_n_u16(0) };
+        let mut acc1 = acc0;
+        for ((a0, a1), (b0, b1)) in c0v.iter().zip(c1v).zip(p0.iter_mut().zip(p1.iter_mut())) {
+            unsafe {
+                acc0 = chunk(acc0, a0, b0);
+                acc1 = chunk(acc1, a1, b1);
+            }
+        }
+        // Tails (4 bytes for the 84-byte row): both rows' 4-byte pieces share one 8-byte vector.
+        let t0 = &mut lane_bytes_mut(&mut p0[full..])[..c0t.len()];
+        let t1 = &mut lane_bytes_mut(&mut p1[full..])[..c1t.len()];
+        let (c0q, c0r) = c0t.as_chunks::<4>();
+        let (c1q, c1r) = c1t.as_chunks::<4>();
+        let (p0q, p0r) = t0.as_chunks_mut::<4>();
+        let (p1q, p1r) = t1.as_chunks_mut::<4>();
+        let mut tail = 0u32;
+        for ((a0, a1), (b0, b1)) in c0q.iter().zip(c1q).zip(p0q.iter_mut().zip(p1q.iter_mut())) {
+            // Byte i of `a` and of `b` come from the same position, whatever the lane order.
+            let pack = |lo: &[u8; 4], hi: &[u8; 4]| {
+                u64::from(u32::from_le_bytes(*lo)) | (u64::from(u32::from_le_bytes(*hi)) << 32)
+            };
+            let (a, b) = (pack(a0, a1), pack(b0, b1));
+            // At most 8 * 255 per piece: `uaddlv` of 8 bytes cannot overflow its u16.
+            tail += u32::from(unsafe { vaddlv_u8(vabd_u8(vcreate_u8(a), vcreate_u8(b))) });
+            *b0 = *a0;
+            *b1 = *a1;
+        }
+        let rest = super::portable::sad_copy(c0r, p0r) + super::portable::sad_copy(c1r, p1r);
+        // Each reduction is at most 8 * 24,480: exact in the u32 that `uaddlv` returns.
+        let (s0, s1) = unsafe { (vaddlvq_u16(acc0), vaddlvq_u16(acc1)) };
+        s0 + s1 + tail + rest
+    }
+
+    /// `acc + pairwise(|a - b|)` as eight u16 lanes; stores `a` over `b`.
+    ///
+    /// # Safety
+    /// Requires NEON (always present on aarch64 Linux).
+    #[inline(always)]
+    unsafe fn chunk(acc: uint16x8_t, a: &[u8; 16], b: &mut Lane16) -> uint16x8_t {
+        unsafe {
+            let va = vld1q_u8(a.as_ptr());
+            let vb = vld1q_u8((b as *const Lane16).cast());
+            vst1q_u8((b as *mut Lane16).cast(), va);
+            vpadalq_u8(acc, vabdq_u8(va, vb))
+        }
+    }
+}
+
+/// Portable kernel: the reference for the SIMD ones and the path on other targets.
 mod portable {
     use super::{Lane16, lane_bytes_mut};
 
     /// SAD of one block row in each of two frame rows against their slots, storing `cur`.
-    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     #[inline(always)]
     pub(super) fn pair_sad_copy(cur: [&[u8]; 2], prev: [&mut [Lane16]; 2]) -> u32 {
         let [c0, c1] = cur;
@@ -311,9 +493,10 @@ mod tests {
         sad
     }
 
+    const KERNELS: [SadKernel; 2] = [SadKernel::Native, SadKernel::Portable];
+
     #[test]
     fn fast_sums_equal_block_by_block_sums_and_prev_becomes_cur() {
-        let mut rng = 0x1234_5678_9abc_def1u64;
         let shapes = [
             (56, 28, 14, 2, 0),
             (336, 196, 14, 2, 5),
@@ -322,66 +505,132 @@ mod tests {
             (45, 30, 15, 1, 2),
             (63, 21, 7, 3, 0),
             (64, 32, 16, 1, 7),
+            (512, 256, 16, 16, 3),
         ];
-        for (w, h, patch, merge, pad) in shapes {
-            let geom = BlockGrid::new(w, h, patch, merge).unwrap();
-            let rb = geom.row_bytes();
-            let stride = rb + pad;
-            let old: Vec<u8> = (0..geom.frame_bytes())
-                .map(|_| xorshift(&mut rng) as u8)
-                .collect();
-            let cur: Vec<u8> = (0..stride * h).map(|_| xorshift(&mut rng) as u8).collect();
-            let mut prev = PrevFrame::new(&geom);
-            prev.store(&old, rb);
-            let mut packed = vec![0u8; geom.frame_bytes()];
-            prev.unpack_into(&mut packed);
-            assert_eq!(packed, old, "store then unpack is the identity");
+        for kernel in KERNELS {
+            let mut rng = 0x1234_5678_9abc_def1u64;
+            for (w, h, patch, merge, pad) in shapes {
+                let geom = BlockGrid::new(w, h, patch, merge).unwrap();
+                let rb = geom.row_bytes();
+                let stride = rb + pad;
+                let old: Vec<u8> = (0..geom.frame_bytes())
+                    .map(|_| xorshift(&mut rng) as u8)
+                    .collect();
+                let cur: Vec<u8> = (0..stride * h).map(|_| xorshift(&mut rng) as u8).collect();
+                let mut prev = PrevFrame::new(&geom);
+                prev.store(&old, rb);
+                let mut packed = vec![0u8; geom.frame_bytes()];
+                prev.unpack_into(&mut packed);
+                assert_eq!(packed, old, "store then unpack is the identity");
 
-            let expected: Vec<u32> = (0..geom.tokens())
-                .map(|n| sad_naive(&geom, &cur, stride, &old, n))
-                .collect();
-            let mut sads = vec![0; geom.tokens()];
-            prev.sad_and_copy(&cur, stride, &mut sads);
-            assert_eq!(sads, expected, "{w}x{h} block {}", geom.block());
-            prev.unpack_into(&mut packed);
-            for y in 0..h {
-                assert_eq!(
-                    &packed[y * rb..(y + 1) * rb],
-                    &cur[y * stride..y * stride + rb]
-                );
+                let expected: Vec<u32> = (0..geom.tokens())
+                    .map(|n| sad_naive(&geom, &cur, stride, &old, n))
+                    .collect();
+                let mut sads = vec![0; geom.tokens()];
+                prev.sad_and_copy_by(kernel, &cur, stride, &mut sads);
+                let name = kernel.name();
+                assert_eq!(sads, expected, "{name}: {w}x{h} block {}", geom.block());
+                prev.unpack_into(&mut packed);
+                for y in 0..h {
+                    assert_eq!(
+                        &packed[y * rb..(y + 1) * rb],
+                        &cur[y * stride..y * stride + rb],
+                        "{name}: {w}x{h} row {y}"
+                    );
+                }
             }
         }
     }
 
+    type PairKernel = fn([&[u8]; 2], [&mut [Lane16]; 2]) -> u32;
+
+    /// Plain SAD of two byte runs.
+    fn sad_plain(a: &[u8], b: &[u8]) -> u32 {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| u32::from(x.abs_diff(y)))
+            .sum()
+    }
+
     #[test]
-    fn simd_and_portable_kernels_agree() {
+    fn kernels_equal_plain_sums_on_every_length() {
         let mut rng = 99u64;
-        for len in [1usize, 4, 15, 16, 20, 84, 100, 768] {
+        let lens = (0usize..=100).chain([127, 128, 129, 255, 256, 381, 383, 384, 765, 767, 768]);
+        for len in lens {
             let lanes = len.div_ceil(16);
-            let c: Vec<u8> = (0..2 * len).map(|_| xorshift(&mut rng) as u8).collect();
-            let mut p = vec![Lane16::default(); 2 * lanes];
-            for b in lane_bytes_mut(&mut p) {
-                *b = xorshift(&mut rng) as u8;
+            // Random bytes, then both extremes (the largest differences the accumulators see).
+            let random: Vec<u8> = (0..2 * len + 32 * lanes)
+                .map(|_| xorshift(&mut rng) as u8)
+                .collect();
+            let (c_rand, p_rand) = random.split_at(2 * len);
+            let cases = [
+                (c_rand.to_vec(), p_rand.to_vec()),
+                (vec![255; 2 * len], vec![0; 32 * lanes]),
+                (vec![0; 2 * len], vec![255; 32 * lanes]),
+            ];
+            for (c, p_bytes) in cases {
+                let (c0, c1) = c.split_at(len);
+                let mut p = vec![Lane16::default(); 2 * lanes];
+                lane_bytes_mut(&mut p).copy_from_slice(&p_bytes);
+                let (p0_old, p1_old) = p_bytes.split_at(16 * lanes);
+                let expected = sad_plain(c0, &p0_old[..len]) + sad_plain(c1, &p1_old[..len]);
+                let kernels: [(&str, PairKernel); 2] = [
+                    (KERNEL, pair_sad_copy),
+                    ("portable", portable::pair_sad_copy),
+                ];
+                for (name, kernel) in kernels {
+                    let mut q = p.clone();
+                    let (q0, q1) = q.split_at_mut(lanes);
+                    assert_eq!(kernel([c0, c1], [q0, q1]), expected, "{name}: len {len}");
+                    let (q0, q1) = q.split_at(lanes);
+                    for (slot, c, old) in [(q0, c0, p0_old), (q1, c1, p1_old)] {
+                        let bytes = lane_bytes(slot);
+                        assert_eq!(&bytes[..len], c, "{name}: len {len}: slot holds cur");
+                        assert_eq!(&bytes[len..], &old[len..], "{name}: len {len}: padding");
+                    }
+                }
             }
-            let (c0, c1) = c.split_at(len);
-            let (mut pa, mut pb) = (p.clone(), p.clone());
-            let (a0, a1) = pa.split_at_mut(lanes);
-            let (b0, b1) = pb.split_at_mut(lanes);
-            let fast = pair_sad_copy([c0, c1], [a0, a1]);
-            let slow = portable::pair_sad_copy([c0, c1], [b0, b1]);
-            assert_eq!(fast, slow, "len {len}");
-            assert_eq!(lane_bytes(&pa), lane_bytes(&pb));
-            assert_eq!(&lane_bytes(&pa)[..len], c0);
         }
     }
 
     #[test]
     fn saturated_block_sums_do_not_overflow() {
         let geom = BlockGrid::new(256, 256, 16, 16).unwrap();
-        let cur = vec![255u8; geom.frame_bytes()];
-        let mut prev = PrevFrame::new(&geom);
-        let mut sads = vec![0; 1];
-        prev.sad_and_copy(&cur, geom.row_bytes(), &mut sads);
-        assert_eq!(sads[0], 255 * 3 * 256 * 256);
+        for kernel in KERNELS {
+            for (old, new) in [(0u8, 255u8), (255, 0)] {
+                let mut prev = PrevFrame::new(&geom);
+                prev.store(&vec![old; geom.frame_bytes()], geom.row_bytes());
+                let cur = vec![new; geom.frame_bytes()];
+                let mut sads = vec![0; 1];
+                prev.sad_and_copy_by(kernel, &cur, geom.row_bytes(), &mut sads);
+                assert_eq!(sads[0], 255 * 3 * 256 * 256, "{}", kernel.name());
+            }
+        }
+    }
+
+    #[test]
+    fn bench_hook_runs_the_named_kernel_on_whole_frames() {
+        let geom = BlockGrid::new(112, 56, 14, 2).unwrap();
+        let mut rng = 7u64;
+        let frames: Vec<Vec<u8>> = (0..3)
+            .map(|_| {
+                (0..geom.frame_bytes())
+                    .map(|_| xorshift(&mut rng) as u8)
+                    .collect()
+            })
+            .collect();
+        let rb = geom.row_bytes();
+        let zero = vec![0u8; geom.frame_bytes()];
+        for kernel in KERNELS {
+            let mut bench = SadBench::new(&geom);
+            let mut before = &zero;
+            for f in &frames {
+                let expected: Vec<u32> = (0..geom.tokens())
+                    .map(|n| sad_naive(&geom, f, rb, before, n))
+                    .collect();
+                assert_eq!(bench.run(kernel, f, rb), expected, "{}", kernel.name());
+                before = f;
+            }
+        }
     }
 }

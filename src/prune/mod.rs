@@ -35,6 +35,8 @@ pub use adaptive::{
 };
 pub use backend::{Backend, BackendChoice, BackendKind};
 pub use bound::{CALIBRATION_BLOCKS, SadBound};
+#[doc(hidden)]
+pub use cpu::{SadBench, SadKernel};
 pub use decide::{Decision, PruneStats};
 pub use error::PruneError;
 pub use grid::{BlockGrid, MAX_BLOCK};
