@@ -42,13 +42,14 @@ pub fn machine_problems(config: &Config) -> Vec<Problem> {
 /// `edgevlm engines check` does.
 pub fn deep_problems(config: &Config) -> Vec<Problem> {
     let mut problems = machine_problems(config);
-    if problems.is_empty() && config.engine.enabled {
-        if let Err(e) = crate::engine::check_dir(&EngineOptions::from_config(config)) {
-            problems.push(Problem {
-                path: "engine.model_dir".into(),
-                reason: format!("the engines do not load or run: {e}"),
-            });
-        }
+    if problems.is_empty()
+        && config.engine.enabled
+        && let Err(e) = crate::engine::check_dir(&EngineOptions::from_config(config))
+    {
+        problems.push(Problem {
+            path: "engine.model_dir".into(),
+            reason: format!("the engines do not load or run: {e}"),
+        });
     }
     problems
 }
