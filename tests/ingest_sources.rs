@@ -235,7 +235,9 @@ async fn h265_and_mjpeg_files_are_decoded_by_the_file_template() {
     for (name, encode) in [
         (
             "h265.mp4",
-            "x265enc speed-preset=ultrafast ! h265parse ! mp4mux",
+            // No B-frames: GStreamer 1.18's avdec_h265 dropped the 2 frames x265's default
+            // reordering left at the start of the file (58 of 60 decoded, scripts/debian11.sh).
+            "x265enc speed-preset=ultrafast tune=zerolatency ! h265parse ! mp4mux",
         ),
         ("mjpeg.mkv", "jpegenc ! matroskamux"),
     ] {
