@@ -295,9 +295,12 @@ pub(super) async fn serve(listener: TcpListener, gate: Arc<Gate>, counters: Arc<
                 continue;
             }
         };
+        // Registered here, in accept order, not in the spawned task: tasks start in any order on
+        // a multi-threaded runtime, and the oldest socket must be the first one evicted.
+        let arrival = admission.arrive();
         let (gate, admission) = (gate.clone(), admission.clone());
         tokio::spawn(async move {
-            if let Err(reason) = relay(&gate, &admission, stream).await {
+            if let Err(reason) = relay(&gate, &admission, stream, arrival).await {
                 tracing::debug!(peer = %peer, reason = %reason, "MQTT gate closed a connection");
             }
         });
@@ -345,9 +348,9 @@ async fn relay(
     gate: &Gate,
     admission: &Arc<Admission>,
     mut client: TcpStream,
+    (id, evicted): (u64, oneshot::Receiver<()>),
 ) -> Result<(), String> {
     let mut buf = BytesMut::with_capacity(4096);
-    let (id, evicted) = admission.arrive();
     let read = tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut client, &mut buf));
     let connect = tokio::select! {
         r = read => r,
