@@ -464,13 +464,10 @@ fn validate_refuses_mqtt_tls_files_that_cannot_be_used() {
     let dir = scratch("validate-tls");
     let not_pem = dir.join("ca.pem");
     std::fs::write(&not_pem, "this is not a certificate\n").unwrap();
-    let (code, _, stderr) = validate_text(
-        &dir,
-        &format!(
-            "[engine]\nenabled = false\n[mqtt]\nbroker = \"mqtts://127.0.0.1:8883\"\nca_file = \"ca.pem\"\n{ONE_CAMERA}"
-        ),
-        &[],
+    let config = format!(
+        "[engine]\nenabled = false\n[mqtt]\nbroker = \"mqtts://127.0.0.1:8883\"\nca_file = \"ca.pem\"\n{ONE_CAMERA}"
     );
+    let (code, _, stderr) = validate_text(&dir, &config, &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains(&format!(
@@ -482,13 +479,7 @@ fn validate_refuses_mqtt_tls_files_that_cannot_be_used() {
     // A directory is no file.
     std::fs::remove_file(&not_pem).unwrap();
     std::fs::create_dir(&not_pem).unwrap();
-    let (code, _, stderr) = validate_text(
-        &dir,
-        &format!(
-            "[engine]\nenabled = false\n[mqtt]\nbroker = \"mqtts://127.0.0.1:8883\"\nca_file = \"ca.pem\"\n{ONE_CAMERA}"
-        ),
-        &[],
-    );
+    let (code, _, stderr) = validate_text(&dir, &config, &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("mqtt.ca_file: "), "{stderr}");
 }
