@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/edgevlm}
 [ -x "$BIN" ] || { echo "measure-start: no binary at $BIN (cargo build --release)" >&2; exit 1; }
+BIN=$(realpath "$BIN")
 [ -f engines/tiny/model/manifest.toml ] || { echo "measure-start: run scripts/setup.sh first" >&2; exit 1; }
 
 python3 - "$BIN" "$PWD/engines/tiny/model" <<'EOF'
