@@ -306,14 +306,8 @@ fn config_doc_lists_every_key() {
 #[test]
 fn a_cache_policy_the_model_cannot_run_is_refused_by_validate() {
     // The tiny model without its rotary settings: keys cannot be renumbered in place.
-    let dir = std::env::temp_dir().join(format!("edgevlm-norope-{}", std::process::id()));
-    let model = dir.join("model");
-    std::fs::create_dir_all(&model).unwrap();
-    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
-    for entry in std::fs::read_dir(&tiny).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
-    }
+    let dir = scratch("norope");
+    let model = tiny_copy(&dir);
     let manifest = std::fs::read_to_string(model.join("manifest.toml")).unwrap();
     let without: String = manifest
         .lines()
@@ -356,11 +350,13 @@ fn scratch(tag: &str) -> std::path::PathBuf {
     dir
 }
 
-/// `edgevlm validate [extra] FILE` on `config` written to `dir`: (exit code, stdout, stderr).
+/// `edgevlm validate [extra] FILE` on `config` written to `dir/edgevlm.toml`, run from another
+/// working directory (relative paths follow the file): (exit code, stdout, stderr).
 fn validate_text(dir: &Path, config: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     let file = dir.join("edgevlm.toml");
     std::fs::write(&file, config).unwrap();
     let out = edgevlm()
+        .current_dir(std::env::temp_dir())
         .arg("validate")
         .args(extra)
         .arg(&file)
@@ -409,11 +405,8 @@ fn validate_refuses_a_model_directory_that_is_missing_or_incomplete() {
     // A manifest whose decoder file is gone.
     let model = tiny_copy(&dir);
     std::fs::remove_file(model.join("decoder_model_merged.onnx")).unwrap();
-    let (code, _, stderr) = validate_text(
-        &dir,
-        &format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}"),
-        &[],
-    );
+    let in_model = format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}");
+    let (code, _, stderr) = validate_text(&dir, &in_model, &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("engine.model_dir: ")
@@ -424,11 +417,7 @@ fn validate_refuses_a_model_directory_that_is_missing_or_incomplete() {
 
     // A manifest that does not parse.
     std::fs::write(model.join("manifest.toml"), "[text\nhidden_size = 1\n").unwrap();
-    let (code, _, stderr) = validate_text(
-        &dir,
-        &format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}"),
-        &[],
-    );
+    let (code, _, stderr) = validate_text(&dir, &in_model, &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("engine.model_dir: ") && stderr.contains("manifest.toml"),
@@ -528,19 +517,7 @@ fn validate_in_dir(
     for (file, text) in files {
         std::fs::write(dir.join(file), text).unwrap();
     }
-    let config = dir.join("edgevlm.toml");
-    std::fs::write(&config, toml).unwrap();
-    // From another working directory: relative template paths follow the configuration file.
-    let out = edgevlm()
-        .current_dir(std::env::temp_dir())
-        .args(["validate", config.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let result = (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
+    let result = validate_text(&dir, toml, &[]);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -318,14 +318,20 @@ fn probe_runs_a_user_template_file_and_refuses_a_broken_one_with_its_line() {
          ! capsfilter name=caps ! appsink name=out\n",
     )
     .unwrap();
-    let out = common::edgevlm()
-        .args(["probe", "test://smpte", "--frames", "1"])
-        .arg("--pipeline-file")
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // `edgevlm probe URI --frames 1 --pipeline-file FILE`: (exit code, stderr).
+    let probe_one = |uri: &str, file: &std::path::Path| {
+        let out = common::edgevlm()
+            .args(["probe", uri, "--frames", "1", "--pipeline-file"])
+            .arg(file)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = probe_one("test://smpte", &bad);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains(&format!(
             "--pipeline-file: {}: no element named `sink`",
@@ -337,14 +343,8 @@ fn probe_runs_a_user_template_file_and_refuses_a_broken_one_with_its_line() {
         "{stderr}"
     );
     // A template for another kind of source than the uri's.
-    let out = common::edgevlm()
-        .args(["probe", "rtsp://127.0.0.1:1/x", "--frames", "1"])
-        .arg("--pipeline-file")
-        .arg(&good)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = probe_one("rtsp://127.0.0.1:1/x", &good);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains(&format!(
             "{}:2: `# source: test`, but the camera's uri rtsp://127.0.0.1:1/x is of kind `rtsp`",

@@ -212,10 +212,7 @@ fn decode_model_files(
     base_dir: Option<&std::path::Path>,
     sink: &mut Sink,
 ) -> ModelFiles {
-    let resolve = |p: PathBuf| match base_dir {
-        Some(base) if p.is_relative() => base.join(p),
-        _ => p,
-    };
+    let resolve = |p: PathBuf| super::resolve(&p, base_dir);
     // The default is a relative path too, resolved by the same rule.
     let model_dir: PathBuf = resolve(
         f.opt::<PathBuf>("model_dir", sink)

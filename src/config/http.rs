@@ -48,10 +48,7 @@ pub(super) fn decode_http(t: &toml::Table, base_dir: Option<&Path>, sink: &mut S
             sink.error(f.path_of("token_file"), msg);
             p
         });
-        let p = match base_dir {
-            Some(b) if p.is_relative() => b.join(p),
-            _ => p,
-        };
+        let p = super::resolve(&p, base_dir);
         if let Err(e) = std::fs::metadata(&p) {
             sink.error(
                 f.path_of("token_file"),

@@ -422,6 +422,15 @@ fn decode_config(table: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) 
     }
 }
 
+/// The one rule for every path in the file, defaults included: a relative path is relative to the
+/// file's directory; a configuration read from no file keeps it relative to the working directory.
+fn resolve(p: &Path, base_dir: Option<&Path>) -> PathBuf {
+    match base_dir {
+        Some(base) if p.is_relative() => base.join(p),
+        _ => p.to_path_buf(),
+    }
+}
+
 fn decode_telemetry(t: &toml::Table, runtime: &RuntimeConfig, sink: &mut Sink) -> TelemetryConfig {
     let mut f = Fields::new("telemetry", "telemetry", t);
     let metrics_listen = f.opt::<String>("metrics_listen", sink).and_then(|a| {
@@ -473,11 +482,7 @@ fn decode_runtime(t: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) -> 
             format!("must be between 0.1 and 3600, got {status_secs}"),
         );
     }
-    let state_dir: PathBuf = f.get("state_dir", PathBuf::from("state"), sink);
-    let state_dir = match base_dir {
-        Some(base) if state_dir.is_relative() => base.join(state_dir),
-        _ => state_dir,
-    };
+    let state_dir = resolve(&f.get("state_dir", PathBuf::from("state"), sink), base_dir);
     f.finish(sink);
     RuntimeConfig {
         status_interval: secs(status_secs, Duration::from_secs(10)),
@@ -755,10 +760,7 @@ fn decode_pipeline(
             ),
         );
     }
-    let file = match base_dir {
-        Some(base) if file.is_relative() => base.join(file),
-        _ => file.to_path_buf(),
-    };
+    let file = resolve(file, base_dir);
     let name = file.display().to_string();
     match Template::load_for_camera(&file, uri) {
         Ok(t) => (name, Some(t)),

@@ -5,7 +5,7 @@
 
 use super::decode::{Fields, Sink, type_name};
 use super::source::{CredentialSource, PasswordSource};
-use super::{Retry, decode_retry, ranged, secs};
+use super::{Retry, decode_retry, ranged, resolve, secs};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -733,13 +733,6 @@ pub(super) fn decode_password(
             Some(PasswordSource::Env(v))
         }
         (None, None) => None,
-    }
-}
-
-fn resolve(p: &Path, base_dir: Option<&Path>) -> PathBuf {
-    match base_dir {
-        Some(base) if p.is_relative() => base.join(p),
-        _ => p.to_path_buf(),
     }
 }
 
