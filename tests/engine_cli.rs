@@ -112,13 +112,17 @@ fn engines_build_rejects_a_malformed_size() {
 #[test]
 fn onnx_runtime_writes_no_telemetry_unless_the_user_turns_it_on() {
     // The PyPI wheel's library writes a device id and a telemetry store under
-    // $HOME/.cache/Microsoft when ORT_DISABLE_TELEMETRY is not set; edgevlm sets it.
+    // $XDG_CACHE_HOME/Microsoft (else $HOME/.cache/Microsoft) when ORT_DISABLE_TELEMETRY
+    // is not set; edgevlm sets it. Both variables are the test's own: a machine that
+    // sets XDG_CACHE_HOME (CI does) would otherwise send the files elsewhere.
     let dir = engine_common::tiny_dir();
     let telemetry = |home: &std::path::Path, env: Option<&str>| {
         let _ = std::fs::remove_dir_all(home);
         std::fs::create_dir_all(home).unwrap();
         let mut c = edgevlm();
-        c.env("HOME", home).env_remove("ORT_DISABLE_TELEMETRY");
+        c.env("HOME", home)
+            .env("XDG_CACHE_HOME", home.join("cache"))
+            .env_remove("ORT_DISABLE_TELEMETRY");
         if let Some(v) = env {
             c.env("ORT_DISABLE_TELEMETRY", v);
         }
@@ -131,7 +135,7 @@ fn onnx_runtime_writes_no_telemetry_unless_the_user_turns_it_on() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        home.join(".cache/Microsoft").exists()
+        home.join("cache/Microsoft").exists() || home.join(".cache/Microsoft").exists()
     };
     let home = std::env::temp_dir().join(format!("edgevlm-home-{}", std::process::id()));
     assert!(
