@@ -206,6 +206,94 @@ async fn users_are_bounded_and_askers_keep_their_share() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Writes one MQTT 3.1.1 packet on a raw socket.
+async fn send(s: &mut TcpStream, packet: rumqttc::mqttbytes::v4::Packet) {
+    let mut out = bytes::BytesMut::new();
+    packet.write(&mut out, 1 << 20).unwrap();
+    s.write_all(&out)
+        .await
+        .unwrap_or_else(|e| panic!("the gate closed the connection: {e}"));
+}
+
+/// The next packet from a raw socket; `None` once the other end closed it.
+async fn receive(
+    s: &mut TcpStream,
+    buf: &mut bytes::BytesMut,
+) -> Option<rumqttc::mqttbytes::v4::Packet> {
+    loop {
+        match rumqttc::mqttbytes::v4::Packet::read(buf, 1 << 20) {
+            Ok(p) => return Some(p),
+            Err(rumqttc::mqttbytes::Error::InsufficientBytes(_)) => {}
+            Err(e) => panic!("bad packet from the gate: {e}"),
+        }
+        let n = tokio::time::timeout(BOUND, s.read_buf(buf))
+            .await
+            .expect("a packet from the gate")
+            .unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_slow_to_ack_its_answer_stays_connected_while_others_answers_are_dropped() {
+    // The gate acks the answers it drops (`qb` here) itself. rumqttd closes a connection whose
+    // acks come out of the order it sent its publishes, so the gate's ack for `qb` must wait for
+    // the client's ack of `qa` (src/broker/acks.rs). The client holds its acks until it has the
+    // answer to `qc`, published after `qb` on the same filter: by then the gate has dropped `qb`.
+    use rumqttc::mqttbytes::QoS;
+    use rumqttc::mqttbytes::v4::{Packet, PubAck, Publish, Subscribe};
+    let dir = std::env::temp_dir().join(format!("edgevlm-ackorder-{}", std::process::id()));
+    let (port, metrics) = (free_port(), free_port());
+    let rt = start(&dir, port, metrics, "").await;
+    let (code, mut s) = raw_login(port, "slow-acker", None).await;
+    assert_eq!(code, 0);
+    let mut buf = bytes::BytesMut::new();
+    let mut subscribe = Subscribe::new("edgevlm/door/answer/qa", QoS::AtLeastOnce);
+    subscribe.add("edgevlm/door/answer/qc".into(), QoS::AtLeastOnce);
+    subscribe.add("edgevlm/door/answer/qd".into(), QoS::AtLeastOnce);
+    subscribe.pkid = 1;
+    send(&mut s, Packet::Subscribe(subscribe)).await;
+    assert!(matches!(
+        receive(&mut s, &mut buf).await,
+        Some(Packet::SubAck(_))
+    ));
+    let ask = |id: &str| {
+        Packet::Publish(Publish::new(
+            "edgevlm/door/query",
+            QoS::AtMostOnce,
+            serde_json::json!({"id": id, "question": "What is moving?"}).to_string(),
+        ))
+    };
+    for id in ["qa", "qb", "qc"] {
+        send(&mut s, ask(id)).await;
+    }
+    let mut held = Vec::new();
+    while !held.iter().any(|(t, _): &(String, u16)| t.ends_with("/qc")) {
+        match receive(&mut s, &mut buf).await {
+            Some(Packet::Publish(p)) => held.push((p.topic.clone(), p.pkid)),
+            Some(_) => {}
+            None => panic!("the connection closed while the client held its acks: {held:?}"),
+        }
+    }
+    assert_eq!(held.len(), 2, "only the answers asked for: {held:?}");
+    for (_, pkid) in &held {
+        send(&mut s, Packet::PubAck(PubAck::new(*pkid))).await;
+    }
+    // Still connected: a question after the acks is answered on the same socket.
+    send(&mut s, ask("qd")).await;
+    loop {
+        match receive(&mut s, &mut buf).await {
+            Some(Packet::Publish(p)) if p.topic.ends_with("/qd") => break,
+            Some(_) => {}
+            None => panic!("the broker closed the connection after the client's acks"),
+        }
+    }
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_asker_gets_only_the_answers_it_subscribed_to() {
     // The gate subscribes per-id answer topics upstream as one `+` filter per camera (rumqttd

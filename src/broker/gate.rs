@@ -26,6 +26,7 @@
 //! server that does not authorize a PUBLISH either acknowledges it or closes the connection;
 //! closing makes the refusal visible to the client).
 
+use super::acks::{AckOrder, ack_pkid};
 use super::filters::Filters;
 use crate::base::log_safe;
 use crate::config::{EMBEDDED_MAX_CLIENTS, Secret};
@@ -442,9 +443,11 @@ async fn relay(
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut up_rx, up_tx) = upstream.into_split();
     // Both directions write upstream: the client's packets, and the gate's PUBACKs for answers
-    // it does not pass on.
+    // it does not pass on; acks go in the order the broker sent its publishes (`acks.rs`), and
+    // whoever writes holds `up_tx` from taking acks off the queue to writing them.
     let up_tx = tokio::sync::Mutex::new(up_tx);
     let filters = Mutex::new(Filters::new(gate.topics.prefix()));
+    let acks = Mutex::new(AckOrder::default());
     let down = async {
         let mut from_broker = BytesMut::with_capacity(4096);
         while let Some(frame) = next_frame(
@@ -455,18 +458,26 @@ async fn relay(
         )
         .await?
         {
-            let dropped = filtered_publish(&frame, &lock(&filters));
-            match dropped {
-                Some(Some(pkid)) => {
-                    let ack = [0x40, 0x02, (pkid >> 8) as u8, pkid as u8];
+            let route = route_publish(&frame, &lock(&filters));
+            match route {
+                Route::Drop(Some(pkid)) => {
                     let mut up = up_tx.lock().await;
-                    up.write_all(&ack).await.map_err(|e| e.to_string())?;
+                    let ready = lock(&acks).dropped(pkid);
+                    for ack in ready {
+                        up.write_all(&ack).await.map_err(|e| e.to_string())?;
+                    }
                 }
-                Some(None) => {}
-                None => client_tx
-                    .write_all(&frame)
-                    .await
-                    .map_err(|e| e.to_string())?,
+                Route::Drop(None) => {}
+                Route::Pass(pkid) => {
+                    // Queued before the client can see it, so its ack finds its entry.
+                    if let Some(pkid) = pkid {
+                        lock(&acks).passed(pkid);
+                    }
+                    client_tx
+                        .write_all(&frame)
+                        .await
+                        .map_err(|e| e.to_string())?
+                }
             }
         }
         Ok::<(), String>(())
@@ -482,6 +493,15 @@ async fn relay(
                         tracing::warn!(user = %user_name, reason = %why, "MQTT client disconnected: publish not allowed");
                         return Err(why);
                     }
+                }
+                4 | 5 => {
+                    let pkid = ack_pkid(&frame).ok_or("malformed PUBACK/PUBREC")?;
+                    let mut up = up_tx.lock().await;
+                    let ready = lock(&acks).client_ack(pkid, frame);
+                    for ack in ready {
+                        up.write_all(&ack).await.map_err(|e| e.to_string())?;
+                    }
+                    continue;
                 }
                 8 | 10 => frame = rewrite_subscriptions(frame, &mut lock(&filters))?,
                 _ => {}
@@ -544,31 +564,42 @@ fn rewrite_subscriptions(frame: BytesMut, filters: &mut Filters) -> Result<Bytes
     Ok(out)
 }
 
-/// For a broker-to-client frame: `None` to pass it on; `Some(pkid)` for a PUBLISH the client did
-/// not ask for (an answer to another id), dropped, with the packet id to acknowledge at QoS 1.
-/// QoS 2 is always passed on (its handshake is the client's).
-fn filtered_publish(frame: &[u8], filters: &Filters) -> Option<Option<u16>> {
+/// What the gate does with a frame from the broker.
+#[derive(Debug, PartialEq)]
+enum Route {
+    /// Pass it on; the packet id of a QoS 1/2 PUBLISH, whose ack the client owes.
+    Pass(Option<u16>),
+    /// Drop it: a PUBLISH the client did not ask for (an answer to another id), with the packet
+    /// id the gate acknowledges at QoS 1.
+    Drop(Option<u16>),
+}
+
+/// Where a broker-to-client frame goes. QoS 2 is always passed on (its handshake is the
+/// client's).
+fn route_publish(frame: &[u8], filters: &Filters) -> Route {
     if frame[0] >> 4 != 3 {
-        return None;
+        return Route::Pass(None);
     }
     let qos = (frame[0] >> 1) & 3;
-    let topic = publish_topic(frame)?;
+    let Some(topic) = publish_topic(frame) else {
+        return Route::Pass(None);
+    };
+    // The packet id follows the topic (QoS 1 and 2 only).
+    let pkid = (qos > 0)
+        .then(|| {
+            let mut i = 1;
+            while *frame.get(i)? & 0x80 != 0 {
+                i += 1;
+            }
+            let at = i + 1 + 2 + topic.len();
+            Some(u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]))
+        })
+        .flatten();
     if qos == 2 || filters.delivers(&topic) {
-        return None;
+        Route::Pass(pkid)
+    } else {
+        Route::Drop(pkid)
     }
-    if qos == 0 {
-        return Some(None);
-    }
-    // The packet id follows the topic.
-    let mut i = 1;
-    while *frame.get(i)? & 0x80 != 0 {
-        i += 1;
-    }
-    let at = i + 1 + 2 + topic.len();
-    Some(Some(u16::from_be_bytes([
-        *frame.get(at)?,
-        *frame.get(at + 1)?,
-    ])))
 }
 
 async fn read_connect(
@@ -683,5 +714,43 @@ mod tests {
         Packet::Publish(publish).write(&mut out, 1 << 20).unwrap();
         assert_eq!(publish_topic(&out).as_deref(), Some("a/b"));
         assert_eq!(publish_topic(&out[..3]), None);
+    }
+
+    #[test]
+    fn answers_not_asked_for_are_dropped_with_their_packet_id_and_others_pass_with_theirs() {
+        let frame = |topic: &str, qos: rumqttc::QoS| {
+            let mut out = BytesMut::new();
+            let mut publish = rumqttc::Publish::new(topic, qos, vec![1u8; 200]);
+            publish.pkid = if qos == rumqttc::QoS::AtMostOnce {
+                0
+            } else {
+                0x1234
+            };
+            Packet::Publish(publish).write(&mut out, 1 << 20).unwrap();
+            out
+        };
+        let mut f = Filters::new("edgevlm");
+        f.subscribe("edgevlm/door/answer/mine");
+        use rumqttc::QoS::*;
+        let route = |t: &str, q| route_publish(&frame(t, q), &f);
+        assert_eq!(
+            route("edgevlm/door/answer/mine", AtLeastOnce),
+            Route::Pass(Some(0x1234))
+        );
+        assert_eq!(
+            route("edgevlm/door/answer/other", AtLeastOnce),
+            Route::Drop(Some(0x1234))
+        );
+        assert_eq!(
+            route("edgevlm/door/answer/other", AtMostOnce),
+            Route::Drop(None)
+        );
+        assert_eq!(
+            route("edgevlm/door/answer/other", ExactlyOnce),
+            Route::Pass(Some(0x1234))
+        );
+        assert_eq!(route("edgevlm/door/status", AtMostOnce), Route::Pass(None));
+        let puback = BytesMut::from(&[0x40, 0x02, 0, 1][..]);
+        assert_eq!(route_publish(&puback, &f), Route::Pass(None));
     }
 }

@@ -12,6 +12,7 @@
 //!
 //! rumqttd has no shutdown API: the broker lives as long as the process.
 
+mod acks;
 mod filters;
 mod gate;
 
