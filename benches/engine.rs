@@ -13,11 +13,15 @@
 //!   attention and its past/new concatenation.
 //! - `generate/64_tokens`: the greedy decode loop, tokens per second.
 //! - `fork/cache_2048`: forking a 2048-position cache.
+//! - `cpu_arena/{model}/{arena}/...`: prefill, decode step and generation on the tiny and the
+//!   scenes model with ONNX Runtime's arena on every session (`all`, its default) and only on the
+//!   vision encoder (`fixed_shapes`, the runtime's), both loaded in the same run
+//!   (docs/RELIABILITY.md, "Where the slow growth was").
 
 mod common;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use edgevlm::engine::{EngineOptions, Engines, LogitRows};
+use edgevlm::engine::{CpuArena, EngineOptions, Engines, LogitRows};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache, Prompt};
 use std::hint::black_box;
 use std::path::Path;
@@ -25,12 +29,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn generator() -> Generator {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model");
+    generator_of("engines/tiny/model", CpuArena::default())
+}
+
+fn generator_of(model: &str, arena: CpuArena) -> Generator {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(model);
     assert!(
         dir.join("manifest.toml").is_file(),
         "run scripts/setup.sh first (it generates engines/tiny/model)"
     );
     let mut opts = EngineOptions::cpu(&dir);
+    opts.cpu_arena = arena;
     opts.engine.threads = (common::threads()) as u32;
     opts.engine.prefill_chunk_tokens = 512;
     Generator::new(Arc::new(Engines::load(&opts).expect("load the tiny model")))
@@ -123,6 +132,60 @@ fn bench(c: &mut Criterion) {
     let big = cache_of(&g, 2048);
     group.bench_function("cache_2048", |b| b.iter(|| black_box(big.fork())));
     group.finish();
+
+    arena(c);
+}
+
+/// The same work with the arena on every session and only on the vision encoder.
+fn arena(c: &mut Criterion) {
+    let dev = common::device();
+    for (name, model) in [
+        ("tiny", "engines/tiny/model"),
+        ("scenes", "engines/scenes/model"),
+    ] {
+        let mut group = c.benchmark_group(format!("{dev}/cpu_arena/{name}"));
+        for (label, arena) in [
+            ("all", CpuArena::All),
+            ("fixed_shapes", CpuArena::FixedShapes),
+        ] {
+            let g = generator_of(model, arena);
+            let ids: Vec<u32> = (0..256u32).map(|i| (i * 7919) % 200).collect();
+            let empty = g.empty_cache().unwrap();
+            group.bench_function(format!("{label}/prefill_256"), |b| {
+                b.iter(|| {
+                    let mut p = Prompt::new();
+                    p.tokens(&ids[..]);
+                    black_box(g.prefill(&empty, &p).unwrap())
+                })
+            });
+            let cache = cache_of(&g, 512);
+            let decoder = g.engines().decoder();
+            let embed = g.engines().embedder().embed(&[42]).unwrap();
+            let pos = [cache.next_position()];
+            group.bench_function(format!("{label}/decode_step_512"), |b| {
+                b.iter(|| {
+                    black_box(
+                        decoder
+                            .forward(past_of(&cache), &embed, &pos, LogitRows::Last)
+                            .unwrap(),
+                    )
+                })
+            });
+            let opts = GenerateOptions {
+                max_new_tokens: 32,
+                stop_tokens: Some(vec![]),
+                ..Default::default()
+            };
+            group.bench_function(format!("{label}/generate_32"), |b| {
+                b.iter(|| {
+                    let mut p = Prompt::new();
+                    p.tokens(&[7u32][..]);
+                    black_box(g.generate(&cache, &p, &opts, |_| {}).unwrap())
+                })
+            });
+        }
+        group.finish();
+    }
 }
 
 /// The decoder tensors behind a cache (the generator does the same internally).

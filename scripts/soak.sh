@@ -20,7 +20,7 @@ WARMUP=${WARMUP:-20}
 FILL=${FILL:-2000}
 OUT=${OUT:-target/soak}
 WRAP=${WRAP:-}
-BIN=target/release/edgevlm
+BIN=${BIN:-target/release/edgevlm}
 SERVER=target/release/examples/rtsp_test_server
 [ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server
 rm -rf "$OUT" && mkdir -p "$OUT/state"

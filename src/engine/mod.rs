@@ -61,6 +61,19 @@ pub struct EngineOptions {
     pub state_dir: PathBuf,
     /// Camera geometries the vision encoder must serve (TensorRT profiles).
     pub geometries: Vec<Geometry>,
+    /// Which CPU sessions keep ONNX Runtime's arena allocator (`engine/cpu.rs`).
+    pub cpu_arena: CpuArena,
+}
+
+/// Which sessions on the CPU use ONNX Runtime's arena allocator and memory patterns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CpuArena {
+    /// Only sessions whose shapes do not vary (the vision encoder): the runtime's choice, so that
+    /// resident memory does not creep with cache lengths (docs/RELIABILITY.md).
+    #[default]
+    FixedShapes,
+    /// Every session, as ONNX Runtime does by default: kept for the bench that compares the two.
+    All,
 }
 
 impl EngineOptions {
@@ -73,6 +86,7 @@ impl EngineOptions {
             },
             state_dir: PathBuf::from("state"),
             geometries: Vec::new(),
+            cpu_arena: CpuArena::default(),
         }
     }
 
@@ -101,6 +115,7 @@ impl EngineOptions {
             engine: config.engine.clone(),
             state_dir: config.runtime.state_dir.clone(),
             geometries,
+            cpu_arena: CpuArena::default(),
         }
     }
 
@@ -160,6 +175,8 @@ impl Engines {
             Ok(SessionPlan {
                 role,
                 kind,
+                arena: kind == ProviderKind::Cpu
+                    && (opts.cpu_arena == CpuArena::All || role == ModelRole::VisionEncoder),
                 device_id: e.device_id as i32,
                 tensorrt: &e.tensorrt,
                 cache_dir: &cache_dir,

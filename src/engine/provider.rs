@@ -62,6 +62,8 @@ impl ModelRole {
 pub(crate) struct SessionPlan<'a> {
     pub role: ModelRole,
     pub kind: ProviderKind,
+    /// CPU only: whether the session keeps ONNX Runtime's arena allocator and memory patterns.
+    pub arena: bool,
     pub device_id: i32,
     /// TensorRT build options (TensorRT only).
     #[cfg_attr(not(feature = "ort-tensorrt"), allow(dead_code))]
@@ -83,7 +85,7 @@ pub(crate) fn register(
     file: &Path,
 ) -> Result<ort::session::builder::SessionBuilder, EngineError> {
     match plan.kind {
-        ProviderKind::Cpu => super::cpu::register(builder, file),
+        ProviderKind::Cpu => super::cpu::register(builder, plan.arena, file),
         ProviderKind::Cuda => super::cuda::register(builder, plan, file),
         ProviderKind::TensorRt => super::tensorrt::register(builder, plan, file),
     }

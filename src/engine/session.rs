@@ -44,6 +44,14 @@ pub(crate) fn open(
                 reason: e.to_string(),
             })?;
     let mut builder = provider::register(builder, plan, file)?;
+    if plan.kind == crate::config::ProviderKind::Cpu && !plan.arena {
+        builder = builder
+            .with_memory_pattern(false)
+            .map_err(|e| EngineError::Environment {
+                library: rt.library().to_path_buf(),
+                reason: e.to_string(),
+            })?;
+    }
     let started = std::time::Instant::now();
     let session = builder.commit_from_file(file).map_err(|e| {
         use ort::ErrorCode as C;
