@@ -163,12 +163,14 @@ async fn ask_reports_the_runtimes_error_reply_with_exit_1() {
         ),
     )
     .unwrap();
-    let mut run = edgevlm()
-        .args(["run", "-c", cfg.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = common::KillOnDrop::new(
+        edgevlm()
+            .args(["run", "-c", cfg.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     assert!(
         common::wait_until(Duration::from_secs(30), || std::net::TcpStream::connect((
             "127.0.0.1",

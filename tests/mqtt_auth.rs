@@ -55,12 +55,14 @@ async fn only_users_allowed_to_ask_can_publish_questions() {
     )
     .unwrap();
     let log = dir.join("stderr.log");
-    let mut run = edgevlm()
-        .args(["run", "-c", cfg.to_str().unwrap()])
-        .env("EDGEVLM_TEST_VIEWER_PW", "s3cret-view")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut run = common::KillOnDrop::new(
+        edgevlm()
+            .args(["run", "-c", cfg.to_str().unwrap()])
+            .env("EDGEVLM_TEST_VIEWER_PW", "s3cret-view")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         common::wait_until(Duration::from_secs(30), || std::net::TcpStream::connect((

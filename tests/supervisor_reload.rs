@@ -70,11 +70,13 @@ fn sighup_with_an_invalid_file_keeps_the_running_configuration() {
     let good = "[mqtt]\nenabled = false\n\n[runtime]\nstatus_interval_secs = 0.3\n\n[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\nsample_fps = 2\n";
     std::fs::write(&file, good).unwrap();
     let log_path = dir.join("stderr.log");
-    let mut child = edgevlm()
-        .args(["run", "-c", file.to_str().unwrap()])
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = common::KillOnDrop::new(
+        edgevlm()
+            .args(["run", "-c", file.to_str().unwrap()])
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let pid = child.id() as i32;
     let hup = || {
         // SAFETY: signalling our own child.

@@ -73,11 +73,13 @@ fn metrics_and_status_describe_the_running_cameras() {
         ),
     )
     .unwrap();
-    let child = edgevlm()
-        .args(["run", "-c", cfg.to_str().unwrap()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = common::KillOnDrop::new(
+        edgevlm()
+            .args(["run", "-c", cfg.to_str().unwrap()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     // The endpoint answers once the run has bound it.
     let (first, up) = poll(|| try_get(port, "/metrics"), |_| true);
     assert!(up, "nothing answers on the metrics port");
@@ -187,7 +189,7 @@ fn metrics_and_status_describe_the_running_cameras() {
 
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
+    let out = child.into_inner().wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -45,6 +45,43 @@ pub fn metric(port: u16, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A child process that is killed and reaped when the guard drops: a test that fails (and
+/// unwinds) leaves no `edgevlm run` behind holding ports and CPU.
+pub struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    pub fn new(child: Child) -> KillOnDrop {
+        KillOnDrop(Some(child))
+    }
+
+    /// The child, no longer killed on drop (for `wait_with_output`).
+    pub fn into_inner(mut self) -> Child {
+        self.0.take().expect("the child")
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("the child")
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the child")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Sends SIGTERM to `child` and waits for it to exit; after `bound` (which only limits a
 /// failure) it is killed and the test fails, showing `context()` (its log).
 pub fn terminate(
