@@ -18,11 +18,11 @@
 //!   feeding the token sampled before: embedding, decoder, argmax) with 299 positions cached, so
 //!   the step attends over 300. The cache is the clip's offline prompt padded with text tokens.
 //! - `ttft/offline/8`: a request that re-encodes the clip: resize the 8 source frames, DiffFP,
-//!   the vision encoder, the offline prompt (`videollama3_offline`, the processor's), prefill and
+//!   the vision encoder, the offline prompt (`family::videollama3::offline`, the processor's), prefill and
 //!   the first token.
 //! - `ttft/memory/{60,180}`: a question on a live cache that already holds N frames (built outside
 //!   the timed part, frame by frame through `LiveCache::append`): fork, prefill the question
-//!   (`videollama3_stream_ask`), first token.
+//!   (`family::videollama3::stream_ask`), first token.
 //! - `ttft/reencode/{60,180}`: what the reference pipelines do per request on the same N frames
 //!   (already resized and pruned, as the ring holds them): the vision encoder on all N, the
 //!   offline prompt, prefill from an empty cache, first token.
@@ -38,7 +38,8 @@ mod common;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use edgevlm::engine::{EngineOptions, Engines};
-use edgevlm::generate::render::{self, FrameSlot, Role};
+use edgevlm::family::videollama3;
+use edgevlm::generate::render::{FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache, Prompt};
 use edgevlm::ingest::Resizer;
 use edgevlm::memory::{FrameEncoder, LiveCache, LiveOptions, MemoryFrame};
@@ -162,8 +163,7 @@ fn ask_offline(g: &Generator, case: &Case, mem: &[MemoryFrame]) -> (u32, usize) 
         })
         .collect();
     let rows: Vec<&[f32]> = mem.iter().map(|f| &f.tokens[..]).collect();
-    let offline =
-        render::videollama3_offline(&slots, &case.question, Some(&case.system)).expect("render");
+    let offline = videollama3::offline(&slots, &case.question, Some(&case.system)).expect("render");
     let prompt = offline.prompt(&rows, case.hidden).expect("prompt");
     let empty = g.empty_cache().expect("cache");
     first_token(g, &empty, &prompt)
@@ -215,7 +215,7 @@ fn reencode_request(f: &Fixture, frames: &[Arc<Frame>]) -> (u32, usize) {
 /// A question on the live cache: fork, prefill the question, first token.
 fn memory_request(f: &Fixture, live: &LiveCache) -> (u32, usize) {
     let fork = live.cache().fork();
-    let ask = render::videollama3_stream_ask(Role::User, &f.case.question);
+    let ask = videollama3::stream_ask(Role::User, &f.case.question);
     let prompt = ask.prompt(&[], f.case.hidden).expect("ask");
     first_token(&f.generator, &fork, &prompt)
 }
@@ -261,8 +261,8 @@ fn bench(c: &mut Criterion) {
             })
             .collect();
         let rows: Vec<&[f32]> = mem.iter().map(|m| &m.tokens[..]).collect();
-        let offline = render::videollama3_offline(&slots, &case.question, Some(&case.system))
-            .expect("render");
+        let offline =
+            videollama3::offline(&slots, &case.question, Some(&case.system)).expect("render");
         let mut p = offline.prompt(&rows, case.hidden).expect("prompt");
         p.tokens(&pad[..pad.len() - 1]);
         g.prefill(&g.empty_cache().unwrap(), &p)

@@ -11,7 +11,7 @@
 //!   `frames` frames: the runtime's path (fork the live cache, prefill the question). The time is
 //!   `AnswerReport::first_token`, counted from `AskRequest::new` just before the call.
 //! - `ttft/reencode/{frames}`: what the reference pipelines do per request: the vision encoder on
-//!   the `frames` raw frames, their DiffFP-kept tokens, the `videollama3_stream` render and the
+//!   the `frames` raw frames, their DiffFP-kept tokens, the `family::videollama3::stream` render and the
 //!   question prefilled from an empty cache, then one token (wall time of all of it).
 //! - `step/window/{secs}`: `CameraWatch::step` for one new frame (encode, memory, live cache append,
 //!   no narration trigger) at 1 fps on a window of `secs` seconds that is already full. Each
@@ -37,7 +37,8 @@ use edgevlm::config::{
     CacheConfig, CachePolicy, CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri,
 };
 use edgevlm::engine::{EngineOptions, EngineStatsSnapshot, Engines};
-use edgevlm::generate::render::{self, FrameSlot, Role};
+use edgevlm::family::videollama3;
+use edgevlm::generate::render::{FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator};
 use edgevlm::memory::{CameraMemory, RebuildReason, WatchStats};
 use edgevlm::prune::{PruneParams, Pruner};
@@ -237,10 +238,10 @@ fn ask_reencode(generator: &Generator, frames: &[Arc<Frame>]) -> usize {
         });
         rows.push(kept);
     }
-    let stream = render::videollama3_stream(&slots, &[], Some(SYSTEM)).unwrap();
+    let stream = videollama3::stream(&slots, &[], Some(SYSTEM)).unwrap();
     let row_refs: Vec<&[f32]> = rows.iter().map(|r| &r[..]).collect();
     let mut prompt = stream.prompt(&row_refs, hidden).unwrap();
-    let ask = render::videollama3_stream_ask(Role::User, QUESTION);
+    let ask = videollama3::stream_ask(Role::User, QUESTION);
     prompt.extend(ask.prompt(&[], hidden).unwrap());
     let opts = GenerateOptions {
         max_new_tokens: 1,
@@ -300,7 +301,7 @@ fn bench(c: &mut Criterion) {
         // Where the time goes: the question's prefill alone on the live cache, and the re-encode
         // path split into encoder and decoder.
         let hidden = g.engines().decoder().hidden();
-        let ask = render::videollama3_stream_ask(Role::User, QUESTION);
+        let ask = videollama3::stream_ask(Role::User, QUESTION);
         let ask = ask.prompt(&[], hidden).unwrap();
         let prefill_only = median_of(
             (0..5)
@@ -616,7 +617,7 @@ fn policies(g: &Generator) {
         let live = w.live().expect("a live cache");
         // Time to a question's first token on this cache (prefill of the question, one step).
         let hidden = g.engines().decoder().hidden();
-        let ask = render::videollama3_stream_ask(Role::User, "What is moving?");
+        let ask = videollama3::stream_ask(Role::User, "What is moving?");
         let prompt = ask.prompt(&[], hidden).expect("question prompt");
         let ttft = (0..5)
             .map(|_| {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod eval;
 pub mod evidence;
+pub mod family;
 pub mod generate;
 pub mod http;
 pub mod ingest;

@@ -186,7 +186,7 @@ fn main() -> ExitCode {
             clip_duration,
             duration,
         } => {
-            let args = edgevlm::generate::render::CliArgs {
+            let args = cli::prompt::CliArgs {
                 family: &family,
                 timestamps: &timestamps,
                 kept: kept.as_deref(),
@@ -195,7 +195,7 @@ fn main() -> ExitCode {
                 clip_duration: &clip_duration,
                 duration_secs: duration,
             };
-            match edgevlm::generate::render::render_cli(&args) {
+            match cli::prompt::render_cli(&args) {
                 Ok(text) => {
                     print!("{text}");
                     ExitCode::SUCCESS

@@ -19,6 +19,7 @@
 
 use edgevlm::config::ProcessorGeometry;
 use edgevlm::engine::{EngineOptions, Engines, ProcessorSpec};
+use edgevlm::family::videollama3;
 use edgevlm::generate::render::{self, FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache, Prompt};
 use edgevlm::ingest::{Resizer, TOKEN_PX, processor_geometry};
@@ -368,8 +369,8 @@ fn prompt_ids_match_the_processor_offline_and_streaming() {
                 kept: *k,
             })
             .collect();
-        let offline = render::videollama3_offline(&slots, &case.question, Some(&case.system))
-            .expect("render");
+        let offline =
+            videollama3::offline(&slots, &case.question, Some(&case.system)).expect("render");
         assert_eq!(
             offline.token_ids(tok, st.image),
             case.offline_ids,
@@ -390,18 +391,15 @@ fn prompt_ids_match_the_processor_offline_and_streaming() {
             case.offline_text
         );
 
-        let mut ids =
-            render::videollama3_stream_prefix(Some(&case.system)).token_ids(tok, st.image);
+        let mut ids = videollama3::stream_prefix(Some(&case.system)).token_ids(tok, st.image);
         for k in &case.kept {
             ids.extend(
-                render::videollama3_stream_frame(*k, None)
+                videollama3::stream_frame(*k, None)
                     .expect("frame")
                     .token_ids(tok, st.image),
             );
         }
-        ids.extend(
-            render::videollama3_stream_ask(Role::User, &case.question).token_ids(tok, st.image),
-        );
+        ids.extend(videollama3::stream_ask(Role::User, &case.question).token_ids(tok, st.image));
         assert_eq!(ids, case.stream_ids, "{}: streaming prompt ids", case.name);
     }
 }
@@ -441,8 +439,8 @@ fn vision_tokens_and_greedy_decoding_match_transformers_offline_and_in_a_follow_
             })
             .collect();
         let rows: Vec<&[f32]> = mem.iter().map(|fr| &fr.tokens[..]).collect();
-        let offline = render::videollama3_offline(&slots, &case.question, Some(&case.system))
-            .expect("render");
+        let offline =
+            videollama3::offline(&slots, &case.question, Some(&case.system)).expect("render");
         let prompt = offline.prompt(&rows, case.hidden).expect("prompt");
         let empty = generator.empty_cache().expect("cache");
         let (cache, unfed, d) = greedy_matches(
@@ -459,7 +457,7 @@ fn vision_tokens_and_greedy_decoding_match_transformers_offline_and_in_a_follow_
         // The follow-up, as a conversation continues: the unfed last token, the turn's close,
         // then the next question; the oracle's ids for that text are ours too.
         let close = render::template_text("<|im_end|>\n");
-        let ask = render::videollama3_stream_ask(Role::User, &case.follow_up);
+        let ask = videollama3::stream_ask(Role::User, &case.follow_up);
         let mut follow_ids = close.token_ids(tok, 0);
         follow_ids.extend(ask.token_ids(tok, 0));
         assert_eq!(
@@ -520,7 +518,7 @@ fn the_live_cache_frame_by_frame_then_a_fork_matches_one_shot_generate() {
         assert_eq!(live.frames(), case.frames);
         let view = live.view();
         let fork = view.cache.fork();
-        let ask = render::videollama3_stream_ask(Role::User, &case.question);
+        let ask = videollama3::stream_ask(Role::User, &case.question);
         let prompt = ask.prompt(&[], case.hidden).expect("ask");
         greedy_matches(
             "live",

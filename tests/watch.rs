@@ -8,6 +8,7 @@ use edgevlm::base::Clock;
 use edgevlm::config::SnapshotConfig;
 use edgevlm::config::{CameraConfig, NarrateConfig, NarrateTriggers, QueryConfig, SourceUri};
 use edgevlm::evidence::{Snapshotter, picture};
+use edgevlm::family::videollama3;
 use edgevlm::generate::render::{self, FrameSlot, Role};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache};
 use edgevlm::memory::{CameraMemory, FrameEncoder, LiveCache, MemoryFrame};
@@ -120,7 +121,7 @@ fn full_stream(frames: &[Arc<MemoryFrame>]) -> (render::Rendered, Vec<&[f32]>) {
             kept: f.kept(),
         })
         .collect();
-    let full = render::videollama3_stream(&slots, &[], Some(SYSTEM)).unwrap();
+    let full = videollama3::stream(&slots, &[], Some(SYSTEM)).unwrap();
     (full, frames.iter().map(|f| &f.tokens[..]).collect())
 }
 
@@ -155,19 +156,15 @@ fn the_live_cache_items_render_the_reference_stream_text() {
             kept: 2,
         },
     ];
-    let full = render::videollama3_stream(&frames, &[], Some(SYSTEM))
+    let full = videollama3::stream(&frames, &[], Some(SYSTEM))
         .unwrap()
         .text();
-    let mut incremental = render::videollama3_stream_prefix(Some(SYSTEM)).text();
+    let mut incremental = videollama3::stream_prefix(Some(SYSTEM)).text();
     for f in &frames {
-        incremental.push_str(
-            &render::videollama3_stream_frame(f.kept, None)
-                .unwrap()
-                .text(),
-        );
+        incremental.push_str(&videollama3::stream_frame(f.kept, None).unwrap().text());
     }
     assert_eq!(incremental, full);
-    let ask = render::videollama3_stream_ask(Role::User, "What moved?").text();
+    let ask = videollama3::stream_ask(Role::User, "What moved?").text();
     assert_eq!(
         ask,
         "<|im_start|>user\nWhat moved?<|im_end|>\n<|im_start|>assistant\n"
@@ -222,7 +219,7 @@ fn incremental_prefill_gives_the_same_tokens_as_a_full_prefill() {
     );
 
     // The same question on both caches gives the same greedy answer.
-    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    let ask = videollama3::stream_ask(Role::User, "What moved?");
     let q = ask.prompt(&[], hidden).unwrap();
     let a = greedy(&generator, live.cache(), &q);
     let b = greedy(&generator, &prefill.cache, &q);
@@ -618,7 +615,7 @@ fn a_forked_answer_equals_the_answer_from_a_full_prefill() {
     let hidden = generator.engines().decoder().hidden();
     let (full, rows) = full_stream(&mem);
     let mut prompt = full.prompt(&rows, hidden).unwrap();
-    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    let ask = videollama3::stream_ask(Role::User, "What moved?");
     prompt.extend(ask.prompt(&[], hidden).unwrap());
     let opts = GenerateOptions {
         max_new_tokens: 12,
@@ -976,7 +973,7 @@ fn sink_recent_keeps_the_system_turn_and_the_newest_frames_within_its_budget_wit
         .unwrap();
     assert_eq!(fresh.cache.len(), live.cache().len());
     // A question on the evicted cache is answered.
-    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    let ask = videollama3::stream_ask(Role::User, "What moved?");
     assert!(!greedy(&generator, live.cache(), &ask.prompt(&[], hidden).unwrap()).is_empty());
 }
 
@@ -1183,6 +1180,6 @@ fn compress_thins_old_footage_within_its_budget_and_keeps_more_of_it_than_sink_r
     assert!(vc.visual_tokens < vc.frames * 84);
     // The newest frame is whole, and a question on the compressed cache is answered.
     let hidden = generator.engines().decoder().hidden();
-    let ask = render::videollama3_stream_ask(Role::User, "What moved?");
+    let ask = videollama3::stream_ask(Role::User, "What moved?");
     assert!(!greedy(&generator, comp.cache(), &ask.prompt(&[], hidden).unwrap()).is_empty());
 }

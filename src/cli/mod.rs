@@ -5,5 +5,6 @@ pub(crate) mod engines;
 pub(crate) mod eval;
 pub(crate) mod inspect;
 pub(crate) mod plan;
+pub(crate) mod prompt;
 pub(crate) mod run;
 pub(crate) mod status;

@@ -18,6 +18,26 @@ pub enum Family {
     Apollo,
 }
 
+impl Family {
+    /// Every family, by name.
+    pub const ALL: [Family; 3] = [Family::Tiny, Family::Videollama3, Family::Apollo];
+}
+
+impl std::str::FromStr for Family {
+    type Err = String;
+
+    /// A family by its manifest name; the error names the known ones.
+    fn from_str(s: &str) -> Result<Family, String> {
+        Family::ALL
+            .into_iter()
+            .find(|f| f.to_string() == s)
+            .ok_or_else(|| {
+                let known: Vec<String> = Family::ALL.iter().map(|f| f.to_string()).collect();
+                format!("unknown family {s:?}: expected {}", known.join(", "))
+            })
+    }
+}
+
 impl std::fmt::Display for Family {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

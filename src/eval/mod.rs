@@ -546,13 +546,12 @@ pub async fn run(set: &QuestionSet, opts: &EvalOptions) -> Result<EvalReport, St
 fn check_model(dir: &Path) -> Result<(), String> {
     let path = dir.join("manifest.toml");
     let m = crate::engine::Manifest::load(dir).map_err(|e| e.to_string())?;
-    match m.family {
-        crate::engine::Family::Videollama3 | crate::engine::Family::Tiny => Ok(()),
-        other => Err(format!(
-            "{}: family `{other}`; eval asks through VideoLLaMA3's stream format, which needs a `videollama3` (or `tiny`) model",
+    crate::family::stream(m.family).map(|_| ()).map_err(|why| {
+        format!(
+            "{}: {why}; eval asks through a live streaming format",
             path.display()
-        )),
-    }
+        )
+    })
 }
 
 /// Waits for a batch's cameras, asks their questions; returns the indices of the clips that were

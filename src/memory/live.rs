@@ -150,7 +150,7 @@ fn prefix_cache(
     system: Option<&str>,
 ) -> Result<(KvCache, Arc<[f32]>), GenerateError> {
     let empty = generator.empty_cache()?;
-    let prefix = render::videollama3_stream_prefix(system);
+    let prefix = stream_format(generator)?.prefix(system);
     if prefix.segments().is_empty() {
         return Ok((empty, Arc::from(Vec::new())));
     }
@@ -158,6 +158,15 @@ fn prefix_cache(
     let prompt = prefix.prompt(&[], hidden).map_err(render_bug)?;
     let p = generator.prefill(&empty, &prompt)?;
     Ok((p.cache, p.logits.into()))
+}
+
+/// The model family's streaming format (`family`), or an engine input error naming why it has
+/// none (the runtime refuses such a model before any camera starts).
+pub(crate) fn stream_format(
+    generator: &Generator,
+) -> Result<&'static dyn crate::family::StreamFormat, GenerateError> {
+    crate::family::stream(generator.engines().manifest().family)
+        .map_err(|why| GenerateError::Engine(crate::engine::EngineError::input("prompt", why)))
 }
 
 fn render_bug(e: render::RenderError) -> GenerateError {
@@ -191,6 +200,7 @@ impl StreamPrompt {
     ) -> Result<crate::generate::Prompt<'_>, GenerateError> {
         let hidden = generator.engines().decoder().hidden();
         let timestamps = stream_timestamps(generator);
+        let format = stream_format(generator)?;
         let mut prompt = crate::generate::Prompt::new();
         if !self.tokens.is_empty() {
             prompt.tokens(&self.tokens[..]);
@@ -201,7 +211,7 @@ impl StreamPrompt {
         for f in &self.frames {
             // The item renders borrow nothing from the frame but its features.
             let time = timestamps.then(|| f.pts.as_secs_f64());
-            let item = render::videollama3_stream_frame(f.kept(), time).map_err(render_bug)?;
+            let item = format.frame(f.kept(), time).map_err(render_bug)?;
             let p = item.prompt(&[&f.tokens[..]], hidden).map_err(render_bug)?;
             for piece in p.pieces() {
                 prompt.push(match piece {
@@ -686,7 +696,10 @@ pub(crate) fn stream_timestamps(generator: &Generator) -> bool {
 
 /// Positions of the text after a frame item's visual tokens (the same for every item).
 pub(crate) fn tail_positions(generator: &Generator) -> usize {
-    let item = render::videollama3_stream_frame(1, None).map(|r| r.segments().to_vec());
+    let item = stream_format(generator)
+        .ok()
+        .and_then(|f| f.frame(1, None).ok())
+        .map(|r| r.segments().to_vec());
     let tok = generator.engines().tokenizer();
     let mut ids = Vec::new();
     let segments = item.unwrap_or_default();
@@ -706,7 +719,10 @@ pub(crate) fn tail_positions(generator: &Generator) -> usize {
 /// for a time of 99,999 s: a bound for a camera's first 27 hours, a position or two short after).
 pub(crate) fn template_positions(generator: &Generator) -> usize {
     let time = stream_timestamps(generator).then_some(99_999.0);
-    let item = render::videollama3_stream_frame(1, time).map(|r| r.segments().to_vec());
+    let item = stream_format(generator)
+        .ok()
+        .and_then(|f| f.frame(1, time).ok())
+        .map(|r| r.segments().to_vec());
     let tok = generator.engines().tokenizer();
     let mut ids = Vec::new();
     for s in item.unwrap_or_default() {

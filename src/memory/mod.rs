@@ -18,6 +18,7 @@ pub(crate) mod live;
 pub mod plan;
 
 pub use encode::FrameEncoder;
+pub(crate) use live::stream_format;
 pub use live::{Evictions, LiveCache, LiveOptions, LiveView, RebuildReason};
 
 use crate::base::Histogram;

@@ -166,9 +166,8 @@ impl Plan {
         tokenizer: &Tokenizer,
         source: Option<(u32, u32)>,
     ) -> Result<Plan, PlanError> {
-        if manifest.family == Family::Apollo {
-            return Err(PlanError::Family(manifest.family));
-        }
+        let format = crate::family::stream(manifest.family)
+            .map_err(|_| PlanError::Family(manifest.family))?;
         let t = &manifest.text;
         let bpp = manifest.kv_bytes_per_position() as u64;
         let max_context = t.max_context as usize;
@@ -182,16 +181,14 @@ impl Plan {
             .system_prompt
             .clone()
             .unwrap_or_else(|| manifest.chat_template.default_system.clone());
-        let prefix = count(&render::videollama3_stream_prefix(Some(&system)));
+        let prefix = count(&format.prefix(Some(&system)));
         // Stream time grows with a camera's uptime: the bound is for three years of it
         // (`Time 99999999.0s:`; the tokenizers split digits, one position each).
         let time = manifest
             .chat_template
             .stream_timestamps
             .then_some(99_999_999.0);
-        let template = render::videollama3_stream_frame(1, time)
-            .map(|r| count(&r))
-            .unwrap_or(0);
+        let template = format.frame(1, time).map(|r| count(&r)).unwrap_or(0);
         // The frame-size rule `run` uses: the model's own processor when it declares one.
         let mut vision = config.vision;
         if let Some(p) = &manifest.vision.processor {
@@ -213,6 +210,7 @@ impl Plan {
                         footage,
                         bpp,
                         slack: config.memory.rebuild_slack,
+                        format,
                     },
                     count,
                 )
@@ -511,6 +509,8 @@ struct CameraShape {
     footage: usize,
     bpp: u64,
     slack: f64,
+    /// The family's streaming format.
+    format: &'static dyn crate::family::StreamFormat,
 }
 
 fn camera_plan(
@@ -552,9 +552,8 @@ fn camera_plan(
     let cache_positions = window_positions.min(budget);
     let cache_frames = (cache_positions.saturating_sub(shape.prefix) / frame_positions.max(1))
         .min(window_cache_frames);
-    let narration_prompt = count(&render::videollama3_stream_speak()).max(count(
-        &render::videollama3_stream_ask(Role::User, &c.narrate.prompt),
-    ));
+    let narration_prompt =
+        count(&shape.format.speak()).max(count(&shape.format.ask(Role::User, &c.narrate.prompt)));
     // A camera that never narrates has no narration in flight.
     let narration_positions = if c.narrate.triggers.any() {
         narration_prompt + c.narrate.max_tokens as usize

@@ -16,7 +16,7 @@
 //! live cache and generates.
 
 use crate::config::NarrateConfig;
-use crate::generate::render::{self, Role};
+use crate::generate::render::Role;
 use crate::generate::{GenerateError, GenerateOptions, Generator, StopReason};
 use crate::memory::LiveView;
 mod narration;
@@ -236,12 +236,11 @@ pub fn generate_narration(
     mut on_delta: impl FnMut(&str),
 ) -> Result<Generated, GenerateError> {
     let started = Instant::now();
+    let format = crate::memory::stream_format(generator)?;
     let rendered = match trigger {
         // The model asked to speak: open its turn as it would have.
-        Trigger::Model => render::videollama3_stream_speak(),
-        Trigger::Change | Trigger::Interval => {
-            render::videollama3_stream_ask(Role::User, &cfg.prompt)
-        }
+        Trigger::Model => format.speak(),
+        Trigger::Change | Trigger::Interval => format.ask(Role::User, &cfg.prompt),
     };
     let hidden = generator.engines().decoder().hidden();
     let prompt = rendered.prompt(&[], hidden).map_err(|e| {

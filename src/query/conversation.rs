@@ -2,8 +2,9 @@
 //! number (least recently used forgotten first) and in age, on the injected clock.
 
 use crate::base::Clock;
+use crate::family::StreamFormat;
 use crate::generate::KvCache;
-use crate::generate::render::{self, Rendered};
+use crate::generate::render::Rendered;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -34,9 +35,8 @@ pub(crate) struct Conversation {
 
 impl Conversation {
     /// What closes the previous answer's turn before new footage and the next question.
-    pub fn turn_close(&self) -> Rendered {
-        // After `<|im_end|>` (unfed, fed first) only its newline is missing; a cut answer needs both.
-        render::template_text(if self.ended { "\n" } else { "<|im_end|>\n" })
+    pub fn turn_close(&self, format: &dyn StreamFormat) -> Rendered {
+        format.turn_close(self.ended)
     }
 }
 

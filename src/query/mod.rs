@@ -24,7 +24,7 @@ pub use validate::{
 
 use crate::base::Clock;
 use crate::config::QueryConfig;
-use crate::generate::render::{self, Role};
+use crate::generate::render::Role;
 use crate::generate::{GenerateError, GenerateOptions, Generation, Generator, KvCache, StopReason};
 use crate::memory::{CameraMemory, MemoryFrame, MemorySnapshot, WatchStats};
 use std::collections::BTreeMap;
@@ -454,6 +454,8 @@ impl QueryService {
                 ));
             }
         };
+        let format = crate::family::stream(generator.engines().manifest().family)
+            .map_err(|why| err(ErrorCode::NoModel, why))?;
         let conversation = req.conversation().filter(|_| footage == Footage::Window);
         let previous = self.take_conversation(cam, conversation)?;
         let snap = cam.snapshot();
@@ -471,12 +473,14 @@ impl QueryService {
         };
         let window = req.window().min(cam.window);
         let mut start = match footage {
-            Footage::Window => self.start(generator, &snap, previous.as_ref(), &newest, window)?,
+            Footage::Window => {
+                self.start(generator, format, &snap, previous.as_ref(), &newest, window)?
+            }
             Footage::Centre | Footage::Nothing => {
                 let mut prompt = StreamPrompt::default();
-                prompt.head.push(render::videollama3_stream_prefix(
-                    self.inner.system.as_deref(),
-                ));
+                prompt
+                    .head
+                    .push(format.prefix(self.inner.system.as_deref()));
                 if footage == Footage::Centre {
                     let in_window: Vec<&Arc<MemoryFrame>> = snap
                         .frames
@@ -495,7 +499,7 @@ impl QueryService {
         start
             .prompt
             .tail
-            .push(render::videollama3_stream_ask(Role::User, req.question()));
+            .push(format.ask(Role::User, req.question()));
         let sp = &start.prompt;
         let first = start
             .first
@@ -582,6 +586,7 @@ impl QueryService {
     fn start(
         &self,
         generator: &Generator,
+        format: &dyn crate::family::StreamFormat,
         snap: &MemorySnapshot,
         previous: Option<&conversation::Conversation>,
         newest: &MemoryFrame,
@@ -590,7 +595,7 @@ impl QueryService {
         let mut prompt = StreamPrompt::default();
         if let Some(conv) = previous {
             prompt.tokens = conv.unfed.clone();
-            prompt.head.push(conv.turn_close());
+            prompt.head.push(conv.turn_close(format));
             prompt.frames = snap
                 .frames
                 .iter()
@@ -632,9 +637,9 @@ impl QueryService {
                 turn: 1,
             });
         }
-        prompt.head.push(render::videollama3_stream_prefix(
-            self.inner.system.as_deref(),
-        ));
+        prompt
+            .head
+            .push(format.prefix(self.inner.system.as_deref()));
         let in_window = |f: &MemoryFrame| newest.pts.saturating_sub(f.pts) < window;
         prompt.frames = fit_budget(
             snap.frames

@@ -3,7 +3,7 @@
 
 use crate::base::Clock;
 use crate::config::{CachePolicy, Config};
-use crate::engine::{EngineOptions, Engines, Family};
+use crate::engine::{EngineOptions, Engines};
 use crate::generate::Generator;
 use crate::memory::CameraMemory;
 use crate::query::{AskLimits, QueryService};
@@ -40,13 +40,7 @@ pub(super) async fn load_model(config: &Config) -> Result<(Arc<Engines>, usize),
         .map_err(|e| format!("loading the model crashed: {e}"))?
         .map_err(|e| e.to_string())?;
     let m = loaded.manifest();
-    if m.family == Family::Apollo {
-        return Err(
-            "family `apollo` cannot watch live cameras yet: its encoders are not implemented \
-             (videollama3 and tiny use the streaming format)"
-                .into(),
-        );
-    }
+    crate::family::stream(m.family)?;
     let max_context = loaded.decoder().max_context();
     if reserve + 64 > max_context {
         return Err(format!(

@@ -1,0 +1,82 @@
+//! Model families: what differs between them, one folder each, chosen from the manifest's
+//! `family` through [`shape`]. memory, narrate, query and the memory plan use a family only
+//! through its [`Shape`]; adding a family is a folder here, a `Family` variant and its manifest.
+//!
+//! Today a shape carries the streaming format a live camera needs (prompt prefix, frame items,
+//! questions, narrations, the turn that closes an answer); the family's preprocessing is still
+//! read from the manifest by `ingest` and `engine::vision` (docs/ENGINES.md).
+
+pub mod apollo;
+pub mod videollama3;
+
+pub use crate::engine::Family;
+use crate::generate::render::{RenderError, Rendered, Role};
+
+/// One model family.
+pub trait Shape: Send + Sync {
+    /// Which family.
+    fn family(&self) -> Family;
+
+    /// Its live streaming format, or why it has none.
+    fn stream(&self) -> Result<&dyn StreamFormat, String>;
+}
+
+/// How a family lays a live camera out in its context: the renders memory, narrations and
+/// questions append to the live cache, in this order: [`prefix`](StreamFormat::prefix) once,
+/// a [`frame`](StreamFormat::frame) item per frame, then a question or a narration prompt.
+pub trait StreamFormat: Send + Sync {
+    /// The system turn that opens a stream (`None`: no system turn, an empty render).
+    fn prefix(&self, system: Option<&str>) -> Rendered;
+
+    /// One frame with `kept` visual tokens, with its stream time as text when `time_secs` is set
+    /// (models whose manifest sets `stream_timestamps`).
+    fn frame(&self, kept: usize, time_secs: Option<f64>) -> Result<Rendered, RenderError>;
+
+    /// A message on the time line followed by the opening of the assistant's turn: a question
+    /// (`Role::User`) or a narration prompt.
+    fn ask(&self, role: Role, text: &str) -> Rendered;
+
+    /// The assistant's turn opening alone: what follows a frame when the model chose to speak.
+    fn speak(&self) -> Rendered;
+
+    /// What closes an answer's turn before new footage and the next question: `ended` when the
+    /// answer ended with the model's own end-of-turn token (fed before this render), not cut.
+    fn turn_close(&self, ended: bool) -> Rendered;
+}
+
+/// The shape of `family`.
+pub fn shape(family: Family) -> &'static dyn Shape {
+    match family {
+        Family::Tiny => &videollama3::VideoLlama3(Family::Tiny),
+        Family::Videollama3 => &videollama3::VideoLlama3(Family::Videollama3),
+        Family::Apollo => &apollo::Apollo,
+    }
+}
+
+/// The live streaming format of `family`, or why it has none.
+pub fn stream(family: Family) -> Result<&'static dyn StreamFormat, String> {
+    shape(family).stream()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_has_its_own_shape_and_only_apollo_cannot_stream() {
+        for f in [Family::Tiny, Family::Videollama3, Family::Apollo] {
+            assert_eq!(shape(f).family(), f);
+        }
+        assert!(stream(Family::Tiny).is_ok());
+        assert!(stream(Family::Videollama3).is_ok());
+        let why = stream(Family::Apollo).err().unwrap();
+        assert!(why.contains("apollo"), "{why}");
+    }
+
+    #[test]
+    fn a_turn_is_closed_by_what_the_model_did_not_already_write() {
+        let f = stream(Family::Videollama3).unwrap();
+        assert_eq!(f.turn_close(true).text(), "\n");
+        assert_eq!(f.turn_close(false).text(), "<|im_end|>\n");
+    }
+}
