@@ -10,6 +10,7 @@ pub mod apollo;
 pub mod videollama3;
 
 pub use crate::engine::Family;
+use crate::engine::SpecialTokens;
 use crate::generate::render::{RenderError, Rendered, Role};
 
 /// One model family.
@@ -38,6 +39,11 @@ pub trait StreamFormat: Send + Sync {
 
     /// The assistant's turn opening alone: what follows a frame when the model chose to speak.
     fn speak(&self) -> Rendered;
+
+    /// The family's "when to speak" signal: the ids of the token that opens a turn (speak) and of
+    /// the one that opens the next frame (keep watching), whose probabilities after a frame the
+    /// model trigger compares (`narrate::speak_probability`); `None` when the family has none.
+    fn speak_signal(&self, special: &SpecialTokens) -> Option<(u32, u32)>;
 
     /// What closes an answer's turn before new footage and the next question: `ended` when the
     /// answer ended with the model's own end-of-turn token (fed before this render), not cut.
@@ -78,5 +84,20 @@ mod tests {
         let f = stream(Family::Videollama3).unwrap();
         assert_eq!(f.turn_close(true).text(), "\n");
         assert_eq!(f.turn_close(false).text(), "<|im_end|>\n");
+    }
+
+    #[test]
+    fn videollama3_speaks_when_a_turn_opens_rather_than_the_next_frame() {
+        let special = SpecialTokens {
+            endoftext: 1,
+            im_start: 2,
+            im_end: 3,
+            image: 4,
+            image_literal: Default::default(),
+            stream_start: 5,
+            stream_end: 6,
+        };
+        let f = stream(Family::Videollama3).unwrap();
+        assert_eq!(f.speak_signal(&special), Some((2, 5)));
     }
 }

@@ -395,7 +395,10 @@ impl CameraWatch {
 
         let t0 = Instant::now();
         let model = self.opts.camera.narrate.triggers.model;
-        let special = self.generator.engines().manifest().special_tokens;
+        let manifest = self.generator.engines().manifest();
+        let signal = crate::family::stream(manifest.family)
+            .ok()
+            .and_then(|f| f.speak_signal(&manifest.special_tokens));
         // With the model trigger each frame needs its own logits; otherwise one prefill per chunk.
         let groups: Vec<&[Arc<MemoryFrame>]> = if model {
             encoded.chunks(1).collect()
@@ -407,9 +410,13 @@ impl CameraWatch {
         let mut at = 0;
         for group in groups {
             let speak = match self.extend(group) {
-                Ok(true) => self.live.as_ref().and_then(|l| {
-                    narrate::speak_probability(l.logits(), special.im_start, special.stream_start)
-                }),
+                Ok(true) => self
+                    .live
+                    .as_ref()
+                    .zip(signal)
+                    .and_then(|(l, (speak, watch))| {
+                        narrate::speak_probability(l.logits(), speak, watch)
+                    }),
                 Ok(false) => None,
                 Err(()) => return,
             };

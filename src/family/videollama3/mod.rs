@@ -10,6 +10,7 @@
 //! ```
 
 use super::{Family, Shape, StreamFormat};
+use crate::engine::SpecialTokens;
 use crate::generate::render::{
     FrameSlot, Message, RenderError, Rendered, Role, check_frames, template_text, time_1dp,
 };
@@ -48,6 +49,12 @@ impl StreamFormat for VideoLlama3 {
 
     fn speak(&self) -> Rendered {
         stream_speak()
+    }
+
+    fn speak_signal(&self, special: &SpecialTokens) -> Option<(u32, u32)> {
+        // After a frame the reference model writes `<|im_start|>` to speak or `<|stream_start|>`
+        // for the next frame (docs/REFERENCE.md §1c).
+        Some((special.im_start, special.stream_start))
     }
 
     fn turn_close(&self, ended: bool) -> Rendered {
