@@ -127,6 +127,7 @@ fn every_json_example_in_mqtt_md_parses_into_its_type() {
                         answer_first_token_p50_ms: Some(0.0),
                         ..Default::default()
                     }),
+                    family: Some(edgevlm::engine::Family::Videollama3),
                 };
                 let instance = edgevlm::publish::Instance::new();
                 let code = serde_json::to_value(StatusMessage::of(&report, "node", &instance, 0.0))

@@ -102,6 +102,7 @@ fn report(camera: &str) -> CameraReport {
         decode: None,
         counters: CounterSnapshot::default(),
         memory: None,
+        family: None,
     }
 }
 

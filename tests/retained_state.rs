@@ -88,6 +88,8 @@ async fn state_changes_are_published_when_they_happen_and_a_clean_stop_leaves_st
     let last = statuses.last().expect("a status before offline").json();
     assert_eq!(last["state"], "stopped", "{last}");
     assert_eq!(last["reason"], STOPPED_REASON, "{last}");
+    // The engine is off: no model family watches it.
+    assert!(last["family"].is_null(), "{last}");
     // One run published them all, and says when it started.
     let instance = last["instance"].as_str().unwrap().to_string();
     assert_eq!(instance.len(), 16, "{last}");
@@ -136,6 +138,7 @@ async fn a_narration_cut_by_the_stop_is_marked_incomplete() {
         &[
             "edgevlm/door/narration",
             "edgevlm/door/narration/stream",
+            "edgevlm/door/status",
             "edgevlm/available",
         ],
     )
@@ -163,6 +166,17 @@ async fn a_narration_cut_by_the_stop_is_marked_incomplete() {
         w.messages()
     );
     let cut = in_progress(&w.messages()).unwrap();
+    // Narrating, so the model is loaded: the retained status names its family (the manifest's).
+    let family = |m: &[Received]| {
+        m.iter()
+            .filter(|r| r.topic == "edgevlm/door/status")
+            .any(|r| r.json()["family"] == "tiny")
+    };
+    assert!(
+        w.wait(BOUND, family).await,
+        "{:?}",
+        w.on("edgevlm/door/status")
+    );
     rt.shutdown().await;
     let offline = |m: &[Received]| m.iter().any(|r| r.text == "offline");
     assert!(w.wait(BOUND, offline).await, "{:?}", w.messages());

@@ -79,6 +79,8 @@ pub struct StatusMessage<'a> {
     pub prune_mode: &'a str,
     /// What `decode = "keyframes"` does now (`null`: every frame decoded by configuration).
     pub decode: Option<&'a str>,
+    /// The family of the model watching it (`null`: no model loaded).
+    pub family: Option<crate::engine::Family>,
     /// Which runtime published it: its MQTT client id (`mqtt.client_id`).
     pub node: &'a str,
     /// Which run published it (drawn at random at start).
@@ -103,6 +105,7 @@ impl<'a> StatusMessage<'a> {
             source_caps: report.source_caps.as_deref(),
             prune_mode: &report.prune_mode,
             decode: report.decode.as_deref(),
+            family: report.family,
             node,
             instance: &instance.id,
             started: instance.started,

@@ -25,6 +25,7 @@ pub(super) fn collect(
         let meter = meters.entry(cam.id().to_string()).or_default();
         let mut r = CameraReport::collect(cam, meter, clock.now());
         r.memory = watches.and_then(|w| w.memory(cam.id())).map(|m| m.report());
+        r.family = watches.and_then(|w| w.family());
         if emit(&r.camera) {
             tracing::info!(target: "status", "{}", r.line());
             if let Some(publisher) = publisher {

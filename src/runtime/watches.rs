@@ -119,6 +119,13 @@ impl Watches {
     }
 
     /// Memories of every camera, for reports.
+    /// The loaded model's family (`None`: no model).
+    pub(super) fn family(&self) -> Option<crate::engine::Family> {
+        self.generator
+            .as_ref()
+            .map(|g| g.engines().manifest().family)
+    }
+
     pub(super) fn memory(&self, camera: &str) -> Option<&Arc<CameraMemory>> {
         self.memories.get(camera)
     }

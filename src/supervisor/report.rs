@@ -75,6 +75,8 @@ pub struct CameraReport {
     pub counters: CounterSnapshot,
     /// Memory, narrations and answers (`null` when no model is loaded).
     pub memory: Option<crate::memory::MemoryReport>,
+    /// The family of the model watching it (`null` when no model is loaded).
+    pub family: Option<crate::engine::Family>,
 }
 
 impl CameraReport {
@@ -113,6 +115,7 @@ impl CameraReport {
             decode: handle.shared.decode(),
             counters,
             memory: None,
+            family: None,
         }
     }
 
