@@ -5,7 +5,7 @@
 # (about 5.8 GB, about 3 minutes to install here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! .venv-export/bin/python -c 'import torch, torchvision, transformers, onnx, onnxscript, onnxruntime' >/dev/null 2>&1; then
+if ! .venv-export/bin/python -c 'import torch, torchvision, transformers, onnx, onnxscript, onnxruntime, num2words' >/dev/null 2>&1; then
   echo "setup-export: creating .venv-export (torch, transformers, onnx; several GB)"
   python3 -m venv .venv-export
   .venv-export/bin/pip install -q --disable-pip-version-check -r engines/videollama3/requirements.txt

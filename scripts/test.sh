@@ -20,6 +20,8 @@ echo "== scenes model: the VideoLLaMA3 recipe on the committed checkpoint gives 
 .venv-export/bin/python engines/scenes/check.py target/scenes-export engines/scenes/model
 echo "== reference resize: torch's bicubic on decoded frames (tests/ingest_resize.rs)"
 .venv-export/bin/python engines/videollama3/resize_reference.py
+echo "== SmolVLM2: video prompts from transformers' SmolVLMProcessor (tests/smolvlm2_prompt.rs)"
+.venv-export/bin/python engines/smolvlm2/prompt_reference.py
 
 echo "== formatting and lints (rustfmt, clippy with warnings as errors)"
 if command -v rustup >/dev/null 2>&1; then

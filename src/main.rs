@@ -70,15 +70,18 @@ enum Command {
     /// videollama3 and tiny: `<image>` per kept token, offline (`Time 0.0s:` per frame) or stream
     /// (one `<|stream_start|>` item per frame, the question as a user message after the last).
     /// apollo: --timestamps are clip starts, each clip ends 3/4 of --clip-duration later (its last
-    /// sampled frame), `<|video_token|>` per token. Exit status 2 on bad arguments.
+    /// sampled frame), `<|video_token|>` per token. smolvlm2: the video prompt of its processor,
+    /// each frame a global image of 64 `<image>` after its `MM:SS` time. Exit status 2 on bad
+    /// arguments.
     Prompt {
-        /// videollama3, apollo or tiny.
+        /// tiny, videollama3, apollo or smolvlm2.
         #[arg(long)]
         family: String,
         /// Frame (or Apollo clip start) times in seconds, increasing, e.g. 0,1,2.
         #[arg(long)]
         timestamps: String,
-        /// Kept tokens per frame, one per timestamp (default: 1 per frame, 32 per Apollo clip).
+        /// Kept tokens per frame, one per timestamp (default: 1 per frame, 32 per Apollo clip, 64 per
+        /// SmolVLM2 frame).
         #[arg(long)]
         kept: Option<String>,
         /// The question.
@@ -90,7 +93,8 @@ enum Command {
         /// Apollo: `config.clip_duration` as stored ("2" int, "2.0" float).
         #[arg(long, default_value = "2")]
         clip_duration: String,
-        /// Apollo: video duration in seconds (default: last clip start + clip duration).
+        /// Apollo and SmolVLM2: video duration in seconds (default: Apollo's last clip start + clip
+        /// duration, SmolVLM2's last frame time).
         #[arg(long)]
         duration: Option<f64>,
     },

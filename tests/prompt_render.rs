@@ -5,10 +5,9 @@
 mod engine_common;
 
 use edgevlm::engine::{SpecialText, Tokenizer};
-use edgevlm::family::apollo::{
-    self, ApolloVideo, ClipSlot, ConfigNumber, number_words, py_float_str, timedelta_str,
-};
+use edgevlm::family::apollo::{self, ApolloVideo, ClipSlot, ConfigNumber};
 use edgevlm::family::videollama3;
+use edgevlm::family::words::{number_words, py_float_str, timedelta_str};
 use edgevlm::generate::Piece;
 use edgevlm::generate::render::{FrameSlot, Message, RenderError, Role, Segment, time_1dp};
 use std::path::Path;

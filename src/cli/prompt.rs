@@ -2,7 +2,7 @@
 //! (docs/REFERENCE.md §1c and §2).
 
 use edgevlm::family::apollo::{self, ApolloVideo, ClipSlot, ConfigNumber};
-use edgevlm::family::{Family, videollama3};
+use edgevlm::family::{Family, smolvlm2, videollama3};
 use edgevlm::generate::render::{FrameSlot, Message, RenderError, Role};
 
 /// The arguments of `edgevlm prompt`, as typed.
@@ -27,10 +27,10 @@ pub(crate) struct CliArgs<'a> {
 /// Why `edgevlm prompt` refused its arguments.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(crate) enum CliError {
-    /// Not a known family.
-    #[error("unknown family {0:?}: expected videollama3, apollo or tiny")]
+    /// Not a known family (the message names the known ones).
+    #[error("{0}")]
     Family(String),
-    /// Not a known format, or stream for Apollo.
+    /// Not a known format, or stream for a family without one.
     #[error("unknown format {0:?}: expected offline or stream (stream: videollama3 and tiny only)")]
     Format(String),
     /// A list item is not a number.
@@ -81,10 +81,7 @@ fn parse_list<T: std::str::FromStr>(
 
 /// `edgevlm prompt`: the rendered text for the arguments.
 pub(crate) fn render_cli(a: &CliArgs<'_>) -> Result<String, CliError> {
-    let family: Family = a
-        .family
-        .parse()
-        .map_err(|_| CliError::Family(a.family.to_owned()))?;
+    let family: Family = a.family.parse().map_err(CliError::Family)?;
     let stream = match a.format {
         "offline" => false,
         "stream" if edgevlm::family::stream(family).is_ok() => true,
@@ -94,6 +91,7 @@ pub(crate) fn render_cli(a: &CliArgs<'_>) -> Result<String, CliError> {
     let default_kept = match family {
         Family::Tiny | Family::Videollama3 => 1,
         Family::Apollo => 32,
+        Family::Smolvlm2 => smolvlm2::IMAGE_SEQ_LEN,
     };
     let kept: Vec<usize> = match a.kept {
         Some(k) => parse_list(k, "kept", "a token count (0, 1, 2, …)")?,
@@ -123,6 +121,14 @@ pub(crate) fn render_cli(a: &CliArgs<'_>) -> Result<String, CliError> {
             } else {
                 videollama3::offline(&frames, a.question, Some(videollama3::SYSTEM))?
             }
+        }
+        Family::Smolvlm2 => {
+            let frames: Vec<FrameSlot> = times
+                .iter()
+                .zip(&kept)
+                .map(|(&time_secs, &kept)| FrameSlot { time_secs, kept })
+                .collect();
+            smolvlm2::video_prompt(&frames, a.duration_secs, a.question)?
         }
         Family::Apollo => {
             let clip_duration = match a.clip_duration.parse::<i64>() {

@@ -16,11 +16,18 @@ pub enum Family {
     Videollama3,
     /// Apollo (docs/REFERENCE.md §2).
     Apollo,
+    /// SmolVLM2 (docs/ENGINES.md, "SmolVLM2"): its prompt only, so far.
+    Smolvlm2,
 }
 
 impl Family {
     /// Every family, by name.
-    pub const ALL: [Family; 3] = [Family::Tiny, Family::Videollama3, Family::Apollo];
+    pub const ALL: [Family; 4] = [
+        Family::Tiny,
+        Family::Videollama3,
+        Family::Apollo,
+        Family::Smolvlm2,
+    ];
 }
 
 impl std::str::FromStr for Family {
@@ -44,6 +51,7 @@ impl std::fmt::Display for Family {
             Family::Tiny => "tiny",
             Family::Videollama3 => "videollama3",
             Family::Apollo => "apollo",
+            Family::Smolvlm2 => "smolvlm2",
         })
     }
 }

@@ -1,13 +1,16 @@
 //! Model families: what differs between them, one folder each, chosen from the manifest's
 //! `family` through [`shape`]. memory, narrate, query and the memory plan use a family only
 //! through its [`Shape`]; adding a family is a folder here, a `Family` variant and its manifest.
+//! `words.rs` writes text as the Python processors do (number words, `timedelta`).
 //!
 //! Today a shape carries the streaming format a live camera needs (prompt prefix, frame items,
 //! questions, narrations, the turn that closes an answer); the family's preprocessing is still
 //! read from the manifest by `ingest` and `engine::vision` (docs/ENGINES.md).
 
 pub mod apollo;
+pub mod smolvlm2;
 pub mod videollama3;
+pub mod words;
 
 pub use crate::engine::Family;
 use crate::engine::SpecialTokens;
@@ -56,6 +59,7 @@ pub fn shape(family: Family) -> &'static dyn Shape {
         Family::Tiny => &videollama3::VideoLlama3(Family::Tiny),
         Family::Videollama3 => &videollama3::VideoLlama3(Family::Videollama3),
         Family::Apollo => &apollo::Apollo,
+        Family::Smolvlm2 => &smolvlm2::SmolVlm2,
     }
 }
 
@@ -70,9 +74,16 @@ mod tests {
 
     #[test]
     fn every_family_has_its_own_shape_and_only_apollo_cannot_stream() {
-        for f in [Family::Tiny, Family::Videollama3, Family::Apollo] {
+        for f in Family::ALL {
             assert_eq!(shape(f).family(), f);
+            assert_eq!(f.to_string().parse::<Family>(), Ok(f));
         }
+        let unknown = "llava".parse::<Family>().unwrap_err();
+        assert!(
+            unknown.contains("tiny, videollama3, apollo, smolvlm2"),
+            "{unknown}"
+        );
+        assert!(stream(Family::Smolvlm2).is_err());
         assert!(stream(Family::Tiny).is_ok());
         assert!(stream(Family::Videollama3).is_ok());
         let why = stream(Family::Apollo).err().unwrap();
