@@ -103,13 +103,14 @@ pub(crate) fn render_cli(a: &CliArgs<'_>) -> Result<String, CliError> {
             kept: kept.len(),
         });
     }
+    // Frames for the families that take them (Apollo takes clips).
+    let frames: Vec<FrameSlot> = times
+        .iter()
+        .zip(&kept)
+        .map(|(&time_secs, &kept)| FrameSlot { time_secs, kept })
+        .collect();
     let rendered = match family {
         Family::Tiny | Family::Videollama3 => {
-            let frames: Vec<FrameSlot> = times
-                .iter()
-                .zip(&kept)
-                .map(|(&time_secs, &kept)| FrameSlot { time_secs, kept })
-                .collect();
             if stream {
                 let after = times.iter().copied().fold(0.0, f64::max);
                 let question = Message {
@@ -122,14 +123,7 @@ pub(crate) fn render_cli(a: &CliArgs<'_>) -> Result<String, CliError> {
                 videollama3::offline(&frames, a.question, Some(videollama3::SYSTEM))?
             }
         }
-        Family::Smolvlm2 => {
-            let frames: Vec<FrameSlot> = times
-                .iter()
-                .zip(&kept)
-                .map(|(&time_secs, &kept)| FrameSlot { time_secs, kept })
-                .collect();
-            smolvlm2::video_prompt(&frames, a.duration_secs, a.question)?
-        }
+        Family::Smolvlm2 => smolvlm2::video_prompt(&frames, a.duration_secs, a.question)?,
         Family::Apollo => {
             let clip_duration = match a.clip_duration.parse::<i64>() {
                 Ok(i) => ConfigNumber::Int(i),
