@@ -495,8 +495,22 @@ fn validate(path: &std::path::Path, deep: bool) -> ExitCode {
             let plan = c.engine.enabled.then(|| {
                 edgevlm::memory::plan::Plan::for_config(&c, &c.engine.model_dir, None, None)
             });
-            if let Some(Ok(p)) = &plan {
-                problems.extend(p.problems(&c));
+            match &plan {
+                Some(Ok(p)) => problems.extend(p.problems(&c)),
+                // A model whose family cannot watch cameras never narrates nor answers: refused
+                // whenever a camera is enabled (other plan failures are the model checks' to say).
+                Some(Err(e @ edgevlm::memory::plan::PlanError::Family(_)))
+                    if c.cameras.iter().any(|cam| cam.enabled) =>
+                {
+                    problems.push((
+                        "engine.model_dir".to_string(),
+                        format!(
+                            "{}: {e}",
+                            c.engine.model_dir.join("manifest.toml").display()
+                        ),
+                    ));
+                }
+                _ => {}
             }
             // Templates (built in or a camera's own file) naming elements this machine lacks.
             problems.extend(edgevlm::ingest::missing_elements(&c));

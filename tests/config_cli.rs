@@ -384,6 +384,41 @@ fn tiny_copy(dir: &Path) -> std::path::PathBuf {
 const ONE_CAMERA: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
 
 #[test]
+fn validate_refuses_a_model_whose_family_cannot_watch_cameras() {
+    // A SmolVLM2 manifest (its prompt renders; it has no live format yet) with a camera: it could
+    // never narrate nor answer, so validate (the unit's ExecStartPre) refuses it and says why.
+    let dir = scratch("validate-family");
+    let model = tiny_copy(&dir);
+    let manifest = model.join("manifest.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace("family = \"tiny\"", "family = \"smolvlm2\""),
+    )
+    .unwrap();
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}"),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("engine.model_dir:")
+            && stderr.contains("manifest.toml")
+            && stderr.contains("family `smolvlm2` cannot watch live cameras"),
+        "{stderr}"
+    );
+    // The same model with its one camera disabled is valid (nothing to watch yet).
+    let (code, _, stderr) = validate_text(
+        &dir,
+        &format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}enabled = false\n"),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn validate_refuses_a_model_directory_that_is_missing_or_incomplete() {
     let dir = scratch("validate-model");
     let (code, _, stderr) = validate_text(
