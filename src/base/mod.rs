@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod histogram;
+pub mod memory;
 pub mod text;
 
 pub use backoff::Backoff;

@@ -80,6 +80,9 @@ pub struct RuntimeConfig {
     pub status_interval: Duration,
     /// Where state (engine caches, …) is kept.
     pub state_dir: PathBuf,
+    /// How often memory the C allocator holds free goes back to the system (`None`: never;
+    /// `base::memory`).
+    pub release_memory: Option<Duration>,
 }
 
 /// The visual-token budget (`[vision]`), as the reference resize rule uses it (docs/CONFIG.md, `[vision]`).
@@ -483,10 +486,20 @@ fn decode_runtime(t: &toml::Table, base_dir: Option<&Path>, sink: &mut Sink) -> 
         );
     }
     let state_dir = resolve(&f.get("state_dir", PathBuf::from("state"), sink), base_dir);
+    let release_secs: f64 = f.get("release_memory_secs", 60.0, sink);
+    if !(release_secs.is_finite()
+        && (release_secs == 0.0 || (1.0..=86_400.0).contains(&release_secs)))
+    {
+        sink.error(
+            f.path_of("release_memory_secs"),
+            format!("must be 0 (never) or between 1 and 86400, got {release_secs}"),
+        );
+    }
     f.finish(sink);
     RuntimeConfig {
         status_interval: secs(status_secs, Duration::from_secs(10)),
         state_dir,
+        release_memory: (release_secs > 0.0).then(|| secs(release_secs, Duration::from_secs(60))),
     }
 }
 

@@ -344,10 +344,32 @@ struct Control {
 
 type Loaded = Result<(Arc<Engines>, usize), String>;
 
+/// Gives the C allocator's free pages back to the system, on a blocking thread
+/// (`runtime.release_memory_secs`, `base::memory`).
+fn release_memory() {
+    tokio::task::spawn_blocking(|| {
+        let before = crate::base::memory::resident_bytes();
+        if let Some(took) = crate::base::memory::release_free_memory() {
+            let after = crate::base::memory::resident_bytes();
+            tracing::debug!(
+                rss_before = before,
+                rss_after = after,
+                took_us = took.as_micros() as u64,
+                "Returned free memory to the system"
+            );
+        }
+    });
+}
+
 impl Control {
     async fn run(mut self, mut load: JoinHandle<Loaded>, mut commands: mpsc::Receiver<Command>) {
         let mut ticker = tokio::time::interval(self.config.runtime.status_interval);
         ticker.tick().await;
+        let mut release = self
+            .config
+            .runtime
+            .release_memory
+            .map(tokio::time::interval);
         let mut loading = true;
         self.changes.follow(&self.supervisor);
         loop {
@@ -364,6 +386,9 @@ impl Control {
                             ticker = tokio::time::interval(self.config.runtime.status_interval);
                             ticker.tick().await;
                         }
+                        if self.config.runtime.release_memory != release.as_ref().map(|r| r.period()) {
+                            release = self.config.runtime.release_memory.map(tokio::time::interval);
+                        }
                     }
                     Some(Command::Health(answer)) => {
                         let health = self.supervisor.healthy().and_then(|()| {
@@ -374,6 +399,9 @@ impl Control {
                     Some(Command::Shutdown) | None => break,
                 },
                 _ = ticker.tick() => self.report(),
+                _ = async { release.as_mut().expect("guarded").tick().await }, if release.is_some() => {
+                    release_memory();
+                }
                 changed = self.changes.next() => self.report_changed(&changed),
             }
         }
