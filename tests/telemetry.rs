@@ -245,3 +245,35 @@ fn engine_counters_appear_on_metrics_once_the_engines_are_sent() {
         0.0
     );
 }
+
+#[test]
+fn the_runtime_returns_free_memory_to_the_system_on_its_interval() {
+    // `runtime.release_memory_secs` (src/base/memory.rs): each interval the runtime gives glibc's
+    // free pages back and logs, at debug, what its RSS was before and after.
+    let config = format!(
+        "[mqtt]\nenabled = false\n[runtime]\nstate_dir = \"state\"\nrelease_memory_secs = 1\n\
+         [engine]\nmodel_dir = \"{}\"\n\
+         [[cameras]]\nid = \"yard\"\nuri = \"test://ball\"\nsample_fps = 2\n",
+        common::TINY_MODEL
+    );
+    let mut run = common::run::RunProcess::start_with_env(
+        "release",
+        &config,
+        &[("RUST_LOG", "info,edgevlm::runtime=debug")],
+    );
+    let released = |log: &str| log.matches("Returned free memory to the system").count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while released(&run.log()) < 2 && Instant::now() < deadline && run.is_running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = run.log();
+    assert!(released(&log) >= 2, "no release twice in 60 s:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("Returned free memory"))
+        .unwrap();
+    assert!(
+        line.contains("rss_before=") && line.contains("rss_after=") && line.contains("took_us="),
+        "{line}"
+    );
+}

@@ -15,6 +15,11 @@ impl RunProcess {
     /// `engine.model_dir` (`engines/tiny/model` next to the file, made by
     /// `engines/tiny/generate.py`) is the tiny model, as for a file in the repository root.
     pub fn start(tag: &str, config: &str) -> RunProcess {
+        RunProcess::start_with_env(tag, config, &[])
+    }
+
+    /// The same with environment variables set for the child (e.g. `RUST_LOG`).
+    pub fn start_with_env(tag: &str, config: &str, env: &[(&str, &str)]) -> RunProcess {
         let dir = std::env::temp_dir().join(format!("edgevlm-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -27,6 +32,7 @@ impl RunProcess {
         std::fs::write(&cfg, config).unwrap();
         let log = std::fs::File::create(dir.join("stderr.log")).unwrap();
         let child = super::edgevlm()
+            .envs(env.iter().copied())
             .args(["run", "-c", cfg.to_str().unwrap()])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdout(Stdio::null())
