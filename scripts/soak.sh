@@ -4,6 +4,7 @@
 # slope after WARMUP minutes (docs/RELIABILITY.md, "Memory over a long run", says how it is judged).
 #   scripts/soak.sh                      (MINUTES=120 CAMERAS=4 ASK_EVERY=15 WARMUP=20 FILL=2000)
 #   WRAP="heaptrack -o target/soak/heap" STOP=KILL MINUTES=20 scripts/soak.sh    (a heap profile)
+#   RELEASE=0 OUT=target/soak-keep scripts/soak.sh     (runtime.release_memory_secs, 60 by default)
 # Writes target/soak/{config.toml,run.log,rss.csv,report.md}; prints the report. Bounded: it stops
 # after MINUTES minutes and asks at most FILL + MINUTES*60/ASK_EVERY questions.
 # FILL: questions sent at once at the start, to a camera that does not exist (each answered
@@ -20,6 +21,7 @@ WARMUP=${WARMUP:-20}
 FILL=${FILL:-2000}
 OUT=${OUT:-target/soak}
 WRAP=${WRAP:-}
+RELEASE=${RELEASE:-60}
 BIN=${BIN:-target/release/edgevlm}
 SERVER=target/release/examples/rtsp_test_server
 [ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server
@@ -40,6 +42,7 @@ cat > "$OUT/config.toml" <<EOF
 [runtime]
 status_interval_secs = 5
 state_dir = "$OUT/state"
+release_memory_secs = $RELEASE
 [telemetry]
 metrics_listen = "127.0.0.1:$METRICS_PORT"
 [engine]

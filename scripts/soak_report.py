@@ -4,6 +4,10 @@ confidence interval, and whether the growth is within noise (docs/RELIABILITY.md
 long run"). Standard library only.
 
     python3 scripts/soak_report.py target/soak/rss.csv --warmup 10
+
+Three verdicts: "within noise" when the interval contains 0 and is narrow enough to have seen a
+growth of --resolution KiB/min (its half-width is at most that); "inconclusive" when it contains 0
+but is wider (a noisy run proves nothing); "GROWING" when it lies above 0.
 """
 
 import argparse
@@ -28,6 +32,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("csv")
     p.add_argument("--warmup", type=float, default=10.0, help="minutes left out of the fit")
+    p.add_argument("--resolution", type=float, default=24.0,
+                   help="KiB/min: the widest half-interval a 'within noise' verdict accepts "
+                        "(24: a tenth of the 236 KB/min growth the reliability issue saw)")
     args = p.parse_args()
     rows = list(csv.DictReader(open(args.csv)))
     if not rows:
@@ -56,12 +63,19 @@ def main():
     q = max(1, len(ys) // 4)
     first, final = sum(ys[:q]) / q, sum(ys[-q:]) / q
     flat = lo <= 0.0 <= hi
+    half = 1.96 * se * 1024
     print(f"after minute {args.warmup:g}: slope {b * 1024:+.1f} KiB/min "
           f"(95 % CI {lo * 1024:+.1f} .. {hi * 1024:+.1f}), residual sd {s:.2f} MiB, "
           f"RSS {min(ys):.1f}..{max(ys):.1f} MiB, last quarter minus first quarter "
           f"{final - first:+.2f} MiB")
-    if flat:
-        print("verdict: within noise (the slope's 95 % confidence interval contains 0)")
+    print(f"growth excluded above {hi * 1024:+.1f} KiB/min ({hi * 60 * 24:+.1f} MiB a day); "
+          f"half-width {half:.1f} KiB/min against a resolution of {args.resolution:g}")
+    if flat and half <= args.resolution:
+        print("verdict: within noise (the slope's 95 % confidence interval contains 0 and is "
+              f"narrower than +-{args.resolution:g} KiB/min)")
+    elif flat:
+        print(f"verdict: INCONCLUSIVE, the interval contains 0 but is +-{half:.1f} KiB/min wide: "
+              "too noisy to tell")
     else:
         print(f"verdict: GROWING, {b * 1024 * 60 * 24 / 1024:+.1f} MiB a day at this slope")
 
