@@ -84,7 +84,7 @@ printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$RO
 
 # The fixtures scripts/test.sh makes; this script runs after it.
 FIXTURES=(engines/tiny/model engines/qwen/tokenizer.json target/videollama3-reduced
-  target/resize-reference target/qwen-tokenizer target/smolvlm2-prompt)
+  target/resize-reference target/qwen-tokenizer target/smolvlm2-prompt target/smolvlm2-reduced)
 for f in "${FIXTURES[@]}"; do
   [ -e "$f" ] || { echo "debian11: $f is missing: run scripts/test.sh first" >&2; exit 1; }
 done

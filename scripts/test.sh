@@ -22,6 +22,8 @@ echo "== reference resize: torch's bicubic on decoded frames (tests/ingest_resiz
 .venv-export/bin/python engines/videollama3/resize_reference.py
 echo "== SmolVLM2: video prompts from transformers' SmolVLMProcessor (tests/smolvlm2_prompt.rs)"
 .venv-export/bin/python engines/smolvlm2/prompt_reference.py
+echo "== SmolVLM2: a reduced model in the published ONNX signature, against transformers (tests/smolvlm2_onnx.rs)"
+.venv-export/bin/python engines/smolvlm2/reduced.py 2>&1 | grep -E "reduced SmolVLM2|processor:|diff|identical|wrote|Error|error"
 
 echo "== formatting and lints (rustfmt, clippy with warnings as errors)"
 if command -v rustup >/dev/null 2>&1; then

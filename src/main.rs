@@ -110,6 +110,18 @@ enum EnginesAction {
     /// Validate a model directory (manifest, checksums, tokenizer, tensor contract, one run of
     /// each model) and print a summary; exit 1 with the first problem otherwise.
     Check(EngineArgs),
+    /// Write DIR/manifest.toml for a model directory as downloaded from the hub (SmolVLM2:
+    /// config.json, the processor settings, tokenizer.json and the published onnx/ files).
+    Init {
+        /// The downloaded model directory.
+        dir: PathBuf,
+        /// Published file variant (`q4`, `int8`, `fp16` …: onnx/decoder_model_merged_q4.onnx).
+        #[arg(long)]
+        variant: Option<String>,
+        /// Replace an existing manifest.toml.
+        #[arg(long)]
+        force: bool,
+    },
     /// Build the TensorRT engines for the cameras' geometries into the state directory.
     Build {
         #[command(flatten)]

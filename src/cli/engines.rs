@@ -1,6 +1,7 @@
 //! `edgevlm engines check|build`: model directories and TensorRT engine caches.
 
 use crate::{EnginesAction, load};
+use std::path::Path;
 use std::process::ExitCode;
 
 pub(crate) fn engines(action: EnginesAction) -> ExitCode {
@@ -8,6 +9,11 @@ pub(crate) fn engines(action: EnginesAction) -> ExitCode {
     let (args, sizes) = match action {
         EnginesAction::Check(args) => (args, None),
         EnginesAction::Build { args, sizes } => (args, Some(sizes)),
+        EnginesAction::Init {
+            dir,
+            variant,
+            force,
+        } => return init(&dir, variant.as_deref(), force),
     };
     let mut opts = match &args.config {
         Some(path) => match load(path) {
@@ -53,4 +59,36 @@ pub(crate) fn engines(action: EnginesAction) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `edgevlm engines init DIR`: the manifest of a downloaded SmolVLM2 directory, then the same
+/// checks as `engines check` would make of the manifest itself.
+fn init(dir: &Path, variant: Option<&str>, force: bool) -> ExitCode {
+    let path = dir.join("manifest.toml");
+    if path.exists() && !force {
+        eprintln!("error: {} exists; --force replaces it", path.display());
+        return ExitCode::from(2);
+    }
+    let text = match edgevlm::family::smolvlm2::checkpoint::manifest(dir, variant) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // What would not load is not written.
+    if let Err(e) = edgevlm::engine::Manifest::parse(&text, dir) {
+        eprintln!("error: the manifest made from {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = std::fs::write(&path, text) {
+        eprintln!("error: {}: cannot write: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "wrote {} (family smolvlm2); `edgevlm engines check {}` runs each model once",
+        path.display(),
+        dir.display()
+    );
+    ExitCode::SUCCESS
 }

@@ -6,7 +6,7 @@
 //! a decode step.
 
 use super::error::EngineError;
-use super::manifest::{Manifest, TextSpec};
+use super::manifest::{Manifest, TextSpec, VisionLayout};
 use super::provider::ModelRole;
 use ort::session::Session;
 use ort::value::{TensorElementType, ValueType};
@@ -54,10 +54,45 @@ impl TensorSpec {
 /// Expected (inputs, outputs) of one model.
 pub(crate) fn expected(m: &Manifest, role: ModelRole) -> (Vec<TensorSpec>, Vec<TensorSpec>) {
     use Dim::{Any, Is};
-    use TensorElementType::{Float32, Int64};
+    use TensorElementType::{Bool, Float32, Int64};
     let t = &m.text;
     let hidden = Is(i64::from(t.hidden_size), "hidden size");
     match role {
+        ModelRole::VisionEncoder if m.vision.layout == VisionLayout::Images => {
+            // `validate` made sure both are set for this layout.
+            let side = i64::from(m.vision.image_size.unwrap_or(0));
+            let mask = m.vision.pixel_mask.as_deref().unwrap_or_default();
+            (
+                vec![
+                    TensorSpec::new(
+                        &m.vision.input,
+                        Float32,
+                        &[
+                            Any("batch"),
+                            Any("images"),
+                            Is(3, "channels"),
+                            Is(side, "image size"),
+                            Is(side, "image size"),
+                        ],
+                    ),
+                    TensorSpec::new(
+                        mask,
+                        Bool,
+                        &[
+                            Any("batch"),
+                            Any("images"),
+                            Is(side, "image size"),
+                            Is(side, "image size"),
+                        ],
+                    ),
+                ],
+                vec![TensorSpec::new(
+                    &m.vision.output,
+                    Float32,
+                    &[Any("images x tokens"), hidden],
+                )],
+            )
+        }
         ModelRole::VisionEncoder => (
             vec![TensorSpec::new(
                 &m.vision.input,

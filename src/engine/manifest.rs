@@ -110,6 +110,15 @@ pub struct VisionSpec {
     pub input: String,
     /// Output tensor name (`visual_tokens`).
     pub output: String,
+    /// How frames go in and features come out (`frames`, the default, or `images`).
+    #[serde(default)]
+    pub layout: VisionLayout,
+    /// `images` layout: the pixel attention mask input (`pixel_attention_mask`).
+    #[serde(default)]
+    pub pixel_mask: Option<String>,
+    /// `images` layout: the square side every frame is resized to (512 for SmolVLM2).
+    #[serde(default)]
+    pub image_size: Option<u32>,
     /// Informational: the encoder's width.
     #[serde(default)]
     pub encoder_hidden_size: Option<u32>,
@@ -123,6 +132,20 @@ pub struct VisionSpec {
     /// checkpoints); absent for models whose geometry follows the runtime's `[vision]` budget.
     #[serde(default)]
     pub processor: Option<ProcessorSpec>,
+}
+
+/// The vision encoder's tensor layout (docs/ENGINES.md, "Model directories").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VisionLayout {
+    /// `input` f32 `[frames, 3, H, W]` -> `output` f32 `[frames, tokens, hidden]`; any size that
+    /// is a multiple of `patch_size * merge_size` (VideoLLaMA3, the tiny and scenes models).
+    #[default]
+    Frames,
+    /// `input` f32 `[batch, images, 3, S, S]` and `pixel_mask` bool `[batch, images, S, S]` ->
+    /// `output` f32 `[images * tokens, hidden]`, with S = `image_size` (Idefics3 and SmolVLM2's
+    /// published ONNX files).
+    Images,
 }
 
 /// `[vision.processor]`: what transformers' `VideoLlama3VideoProcessor` of the exported checkpoint
@@ -276,23 +299,42 @@ pub struct SpecialTokens {
     /// The placeholder's literal: `<image>` (default) or `<|video_pad|>`.
     #[serde(default)]
     pub image_literal: ImageLiteral,
-    /// `<|stream_start|>`.
-    pub stream_start: u32,
+    /// `<|stream_start|>` (VideoLLaMA3's streaming formats; families without one have none).
+    #[serde(default)]
+    pub stream_start: Option<u32>,
     /// `<|stream_end|>`.
-    pub stream_end: u32,
+    #[serde(default)]
+    pub stream_end: Option<u32>,
+    /// `<end_of_utterance>`: SmolVLM2's end of a turn, its stop token.
+    #[serde(default)]
+    pub end_of_utterance: Option<u32>,
+    /// `<fake_token_around_image>`: SmolVLM2's mark around each image.
+    #[serde(default)]
+    pub fake_token_around_image: Option<u32>,
+    /// `<global-img>`: SmolVLM2's mark of a whole (not split) image.
+    #[serde(default)]
+    pub global_image: Option<u32>,
 }
 
 impl SpecialTokens {
-    /// (literal, id) pairs, for checking the tokenizer.
-    pub fn pairs(&self) -> [(&'static str, u32); 6] {
-        [
+    /// (literal, id) pairs of the tokens the manifest names, for checking the tokenizer.
+    pub fn pairs(&self) -> Vec<(&'static str, u32)> {
+        let mut pairs = vec![
             ("<|endoftext|>", self.endoftext),
             ("<|im_start|>", self.im_start),
             ("<|im_end|>", self.im_end),
             (self.image_literal.as_str(), self.image),
+        ];
+        for (literal, id) in [
             ("<|stream_start|>", self.stream_start),
             ("<|stream_end|>", self.stream_end),
-        ]
+            ("<end_of_utterance>", self.end_of_utterance),
+            ("<fake_token_around_image>", self.fake_token_around_image),
+            ("<global-img>", self.global_image),
+        ] {
+            pairs.extend(id.map(|id| (literal, id)));
+        }
+        pairs
     }
 }
 
@@ -308,9 +350,11 @@ pub struct ChatTemplate {
     pub assistant_prefix: String,
     /// `<|im_end|>\n`.
     pub turn_end: String,
-    /// `<|stream_start|>stream\n`.
+    /// `<|stream_start|>stream\n` (empty for a family without a streaming format).
+    #[serde(default)]
     pub stream_prefix: String,
     /// `<|stream_end|>\n`.
+    #[serde(default)]
     pub stream_end: String,
     /// System message used when none is configured.
     pub default_system: String,
@@ -371,7 +415,11 @@ impl Manifest {
             message: e.message().trim().to_string(),
         })?;
         m.dir = dir.to_path_buf();
-        if let Err(message) = m.validate() {
+        // The manifest's own rules, then what its family needs of it (`family::Shape`).
+        if let Err(message) = m
+            .validate()
+            .and_then(|()| crate::family::shape(m.family).check_manifest(&m))
+        {
             return Err(EngineError::Manifest { path, message });
         }
         Ok(m)
@@ -469,6 +517,35 @@ impl Manifest {
                 "vision.processor: min_pixels, max_pixels and max_frames must be > 0, got {}, {} and {}",
                 p.min_pixels, p.max_pixels, p.max_frames
             ));
+        }
+        match v.layout {
+            VisionLayout::Frames => {
+                if v.pixel_mask.is_some() || v.image_size.is_some() {
+                    return Err(
+                        "vision.pixel_mask and vision.image_size belong to layout = \"images\"; \
+                         this manifest's layout is \"frames\""
+                            .into(),
+                    );
+                }
+            }
+            VisionLayout::Images => {
+                if v.pixel_mask.as_deref().is_none_or(str::is_empty) {
+                    return Err(
+                        "vision.pixel_mask: layout = \"images\" needs the name of the pixel \
+                         attention mask input (`pixel_attention_mask`)"
+                            .into(),
+                    );
+                }
+                let side = v.image_size.unwrap_or(0);
+                if side == 0 || !side.is_multiple_of(v.token_px()) {
+                    return Err(format!(
+                        "vision.image_size: layout = \"images\" needs a square side that is a \
+                         positive multiple of patch_size x merge_size ({}), got {}",
+                        v.token_px(),
+                        v.image_size.map_or("none".into(), |s| s.to_string())
+                    ));
+                }
+            }
         }
         for (name, id) in self.special_tokens.pairs() {
             if id >= t.vocab_size {
@@ -589,5 +666,63 @@ opset = 17
             err.ends_with("text.past_key: must contain `{i}` (the layer index), got `past`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_family_refuses_a_manifest_without_what_its_formats_use() {
+        let text = VIDEOLLAMA3_2B.replace("stream_start = 151647\n", "");
+        let err = Manifest::parse(&text, Path::new("m"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.ends_with(
+                "special_tokens.stream_start: the family's formats use <|stream_start|>, give its id"
+            ),
+            "{err}"
+        );
+        let text = VIDEOLLAMA3_2B.replace(
+            "output = \"visual_tokens\"\n",
+            "output = \"visual_tokens\"\nlayout = \"images\"\npixel_mask = \"m\"\nimage_size = 56\n",
+        );
+        let err = Manifest::parse(&text, Path::new("m"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.ends_with(
+                "vision.layout: family `videollama3` takes layout = \"frames\", got \"images\""
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_images_layout_needs_its_mask_and_a_square_side() {
+        let images = |extra: &str| {
+            let text = VIDEOLLAMA3_2B.replace(
+                "output = \"visual_tokens\"\n",
+                &format!("output = \"visual_tokens\"\nlayout = \"images\"\n{extra}"),
+            );
+            Manifest::parse(&text, Path::new("m"))
+                .unwrap_err()
+                .to_string()
+        };
+        let err = images("image_size = 56\n");
+        assert!(
+            err.contains("vision.pixel_mask: layout = \"images\" needs"),
+            "{err}"
+        );
+        let err = images("pixel_mask = \"m\"\nimage_size = 50\n");
+        assert!(
+            err.contains("positive multiple of patch_size x merge_size (28), got 50"),
+            "{err}"
+        );
+        let text = VIDEOLLAMA3_2B.replace(
+            "output = \"visual_tokens\"\n",
+            "output = \"visual_tokens\"\nimage_size = 56\n",
+        );
+        let err = Manifest::parse(&text, Path::new("m"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("belong to layout = \"images\""), "{err}");
     }
 }

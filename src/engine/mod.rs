@@ -28,7 +28,7 @@ pub use crate::config::{ProviderKind, TensorRtSettings};
 pub use error::{EngineError, ErrorKind};
 pub use manifest::{
     ChatTemplate, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec, Resample,
-    ResizeRule, SpecialTokens, TextSpec, VisionSpec,
+    ResizeRule, SpecialTokens, TextSpec, VisionLayout, VisionSpec,
 };
 pub use progress::Progress;
 pub use provider::ModelRole;
@@ -416,7 +416,13 @@ pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let expected = checksums.and_then(|c| c.get(&name));
+        // Checksums are keyed by the path in the directory (`onnx/vision_encoder.onnx`) or, as
+        // the exports write them, by the file name.
+        let rel = path
+            .strip_prefix(&manifest.dir)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let expected = checksums.and_then(|c| c.get(&rel).or_else(|| c.get(&name)));
         files.push(verify_file(path, key, expected)?);
     }
     // Files the checksums name beyond the four (the graphs' external weight data, `*.onnx.data`):
@@ -452,10 +458,14 @@ pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
 
     let mut smoke = Vec::new();
     let px = m.vision.token_px();
-    let (w, h) = opts
-        .geometries
-        .first()
-        .map_or((2 * px, 2 * px), |g| (g.width, g.height));
+    let (w, h) = match m.vision.image_size {
+        // The `images` layout takes one square size.
+        Some(side) => (side, side),
+        None => opts
+            .geometries
+            .first()
+            .map_or((2 * px, 2 * px), |g| (g.width, g.height)),
+    };
     let frame = vec![128u8; (w * h * 3) as usize];
     let t0 = Instant::now();
     let vt = engines.vision().encode(&[&frame], w, h)?;

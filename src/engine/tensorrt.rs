@@ -6,7 +6,7 @@
 //! build; only the registration needs the feature.
 
 use super::error::EngineError;
-use super::manifest::{Manifest, TextSpec};
+use super::manifest::{Manifest, TextSpec, VisionLayout};
 use super::provider::SessionPlan;
 use crate::ingest::Geometry;
 use sha2::{Digest, Sha256};
@@ -80,6 +80,26 @@ impl Profile {
 /// 1288x728 (a single 720p frame at the reference budget), or, for a model with its own processor
 /// rule (`[vision.processor]`), up to the side of a 16:9 frame of its largest area either way round.
 pub fn vision_profile(m: &Manifest, geometries: &[Geometry], batch_frames: usize) -> Profile {
+    let t = batch_frames.max(1) as i64;
+    if let (VisionLayout::Images, Some(side), Some(mask)) = (
+        m.vision.layout,
+        m.vision.image_size,
+        m.vision.pixel_mask.as_deref(),
+    ) {
+        // One square size: only the number of images varies.
+        let s = i64::from(side);
+        return Profile {
+            inputs: vec![
+                ProfileInput::new(
+                    &m.vision.input,
+                    vec![1, 1, 3, s, s],
+                    vec![1, 1, 3, s, s],
+                    vec![1, t, 3, s, s],
+                ),
+                ProfileInput::new(mask, vec![1, 1, s, s], vec![1, 1, s, s], vec![1, t, s, s]),
+            ],
+        };
+    }
     let px = i64::from(m.vision.token_px());
     let (min_h, max_h, min_w, max_w, opt) = if geometries.is_empty() {
         match &m.vision.processor {
@@ -106,7 +126,6 @@ pub fn vision_profile(m: &Manifest, geometries: &[Geometry], batch_frames: usize
             largest,
         )
     };
-    let t = batch_frames.max(1) as i64;
     Profile {
         inputs: vec![ProfileInput::new(
             &m.vision.input,

@@ -7,7 +7,7 @@
 //! `vision_batch_frames = 1` every call runs on its own from one buffer kept between calls.
 
 use super::error::EngineError;
-use super::manifest::Manifest;
+use super::manifest::{Manifest, VisionLayout};
 use super::stats::EngineStats;
 use ort::session::Session;
 use ort::value::TensorRef;
@@ -135,6 +135,8 @@ pub struct VisionEncoder {
     lut: [[f32; 256]; 3],
     input: String,
     output: String,
+    /// `images` layout: the mask input and the square side (`None`: the `frames` layout).
+    images: Option<(String, u32)>,
     token_px: u32,
     hidden: usize,
     max_batch: usize,
@@ -181,6 +183,10 @@ impl VisionEncoder {
             lut,
             input: m.vision.input.clone(),
             output: m.vision.output.clone(),
+            images: match (m.vision.layout, &m.vision.pixel_mask, m.vision.image_size) {
+                (VisionLayout::Images, Some(mask), Some(side)) => Some((mask.clone(), side)),
+                _ => None,
+            },
             token_px: m.vision.token_px(),
             hidden: m.text.hidden_size as usize,
             max_batch: max_batch.max(1),
@@ -229,6 +235,17 @@ impl VisionEncoder {
                 MODEL,
                 format!(
                     "frame size {width}x{height} is not a positive multiple of {px} on both sides"
+                ),
+            ));
+        }
+        if let Some((_, side)) = &self.images
+            && (width != *side || height != *side)
+        {
+            return Err(EngineError::input(
+                MODEL,
+                format!(
+                    "frame size {width}x{height}: this encoder takes {side}x{side} images \
+                     (vision.image_size)"
                 ),
             ));
         }
@@ -482,13 +499,27 @@ impl VisionEncoder {
     ) -> Result<(), EngineError> {
         // Normalisation is excluded: the stage time is what the provider costs.
         let started = Instant::now();
-        let shape = [n, 3, h, w];
-        // Borrowed: ONNX Runtime reads the buffer in place on the CPU.
-        let value =
-            TensorRef::from_array_view((shape, input)).map_err(|e| EngineError::run(MODEL, e))?;
-        let outputs = session
-            .run(ort::inputs![self.input.as_str() => value])
-            .map_err(|e| EngineError::run(MODEL, e))?;
+        let outputs = match &self.images {
+            None => {
+                // Borrowed: ONNX Runtime reads the buffer in place on the CPU.
+                let value = TensorRef::from_array_view(([n, 3, h, w], input))
+                    .map_err(|e| EngineError::run(MODEL, e))?;
+                session.run(ort::inputs![self.input.as_str() => value])
+            }
+            Some((mask_name, _)) => {
+                // One batch of `n` images, every pixel real (frames are never padded).
+                let value = TensorRef::from_array_view(([1, n, 3, h, w], input))
+                    .map_err(|e| EngineError::run(MODEL, e))?;
+                let mask = vec![true; n * h * w];
+                let mask = TensorRef::from_array_view(([1, n, h, w], &mask[..]))
+                    .map_err(|e| EngineError::run(MODEL, e))?;
+                session.run(ort::inputs![
+                    self.input.as_str() => value,
+                    mask_name.as_str() => mask
+                ])
+            }
+        }
+        .map_err(|e| EngineError::run(MODEL, e))?;
         let value = outputs
             .get(&self.output)
             .ok_or_else(|| EngineError::run(MODEL, format!("no output `{}`", self.output)))?;
@@ -496,7 +527,11 @@ impl VisionEncoder {
             .try_extract_tensor::<f32>()
             .map_err(|e| EngineError::run(MODEL, e))?;
         let want = [n as i64, tokens as i64, self.hidden as i64];
-        if **out_shape != want {
+        let matches = match self.images {
+            None => **out_shape == want,
+            Some(_) => **out_shape == [want[0] * want[1], want[2]],
+        };
+        if !matches {
             return Err(EngineError::run(
                 MODEL,
                 format!(

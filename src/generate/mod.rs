@@ -282,7 +282,7 @@ impl Generator {
         let stop_tokens = options
             .stop_tokens
             .clone()
-            .unwrap_or_else(|| vec![m.special_tokens.im_end, m.special_tokens.endoftext]);
+            .unwrap_or_else(|| crate::family::shape(m.family).stop_tokens(&m.special_tokens));
         Ok(Decoding {
             generator: self,
             cache: prefill.cache,

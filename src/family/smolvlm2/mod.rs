@@ -10,12 +10,17 @@
 //! \n\n{question}<end_of_utterance>\nAssistant:
 //! ```
 //!
-//! The runtime cannot watch a camera with SmolVLM2 yet: its vision encoder contract (pixel values
-//! with a pixel attention mask) and its live format are not wired, so the shape has no streaming
-//! format; `edgevlm prompt --family smolvlm2` renders its prompt.
+//! Its published ONNX files load as they are downloaded (`checkpoint.rs` writes their manifest:
+//! `edgevlm engines init`; the vision encoder's `images` layout takes pixel values with a pixel
+//! attention mask), and generation stops on `<end_of_utterance>`. The runtime cannot watch a
+//! camera with SmolVLM2 yet: its frame resize and a live format are not there, so the shape has
+//! no streaming format; `edgevlm prompt --family smolvlm2` renders its prompt.
+
+pub mod checkpoint;
 
 use super::words::{number_words, timedelta_str};
-use super::{Family, Shape, StreamFormat};
+use super::{Family, Shape, StreamFormat, require_layout, require_token};
+use crate::engine::{Manifest, SpecialTokens, VisionLayout};
 use crate::generate::render::{FrameSlot, RenderError, Rendered, check_frames};
 
 /// The image placeholder SmolVLM2's tokenizer has (`image_token`).
@@ -38,9 +43,31 @@ impl Shape for SmolVlm2 {
         Family::Smolvlm2
     }
 
+    fn stop_tokens(&self, special: &SpecialTokens) -> Vec<u32> {
+        // `check_manifest` made sure `<end_of_utterance>` is named.
+        special
+            .end_of_utterance
+            .into_iter()
+            .chain([special.endoftext])
+            .collect()
+    }
+
+    fn check_manifest(&self, m: &Manifest) -> Result<(), String> {
+        require_layout(m, VisionLayout::Images)?;
+        let t = &m.special_tokens;
+        require_token(t.end_of_utterance, "end_of_utterance", END_OF_UTTERANCE)?;
+        require_token(
+            t.fake_token_around_image,
+            "fake_token_around_image",
+            FAKE_TOKEN_AROUND_IMAGE,
+        )?;
+        require_token(t.global_image, "global_image", GLOBAL_IMAGE)?;
+        Ok(())
+    }
+
     fn stream(&self) -> Result<&dyn StreamFormat, String> {
         Err(
-            "family `smolvlm2` cannot watch live cameras yet: its vision encoder and live format \
+            "family `smolvlm2` cannot watch live cameras yet: its frame resize and a live format \
              are not wired (`edgevlm prompt --family smolvlm2` renders its video prompt)"
                 .into(),
         )
