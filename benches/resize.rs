@@ -1,5 +1,5 @@
 //! Reference resize cost (crates/resize/src/lib.rs): torch's uint8 antialiased bicubic in Rust, per
-//! frame, for the model geometries of common cameras, next to a memcpy of the source frame (the
+//! frame (and SmolVLM2's two Lanczos steps, group `smolvlm2/`), for the model geometries of common cameras, next to a memcpy of the source frame (the
 //! floor: a resize must read the frame once). `rust` runs the kernels the CPU gets (the AVX2 build
 //! on x86_64 machines that have it), `rust-portable` the baseline build (SSE2 on x86_64), `build`
 //! is `Resizer::new` (once per camera). Throughput is the source frame's RGB bytes.
@@ -68,5 +68,36 @@ fn resize(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, resize);
+/// SmolVLM2's two Lanczos steps (`family::smolvlm2::preprocess`: longest edge to 512, then
+/// 512 x 512) next to one bicubic step to the same square, on the same frames: what the wider
+/// filter and the second pass cost.
+fn smolvlm2(c: &mut Criterion) {
+    use edgevlm::family::smolvlm2::preprocess::FrameResize;
+    use edgevlm::ingest::Kernel;
+    for (sw, sh) in [(1920, 1080), (640, 480)] {
+        let src = frame(sw, sh);
+        let mut group = c.benchmark_group(format!("smolvlm2/{sw}x{sh}->512x512"));
+        group.throughput(Throughput::Bytes(src.len() as u64));
+        let mut two = FrameResize::new(sw, sh, 512, 512).expect("resizer");
+        let mut dst = vec![0u8; two.dst_len()];
+        group.bench_function("lanczos-two-steps", |b| {
+            b.iter(|| {
+                two.resize(black_box(&src), sw as usize * 3, &mut dst)
+                    .expect("resize");
+                black_box(&dst);
+            })
+        });
+        let mut one = Resizer::with_kernel(sw, sh, 512, 512, Kernel::Bicubic).expect("resizer");
+        group.bench_function("bicubic-one-step", |b| {
+            b.iter(|| {
+                one.resize(black_box(&src), sw as usize * 3, &mut dst)
+                    .expect("resize");
+                black_box(&dst);
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, resize, smolvlm2);
 criterion_main!(benches);

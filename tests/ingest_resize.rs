@@ -1,9 +1,10 @@
-//! The Rust resize against torch's uint8 antialiased bicubic (the VideoLLaMA3 processor's resize),
-//! byte for byte, on fixtures made by engines/videollama3/resize_reference.py.
+//! The Rust resize against torch's uint8 antialiased bicubic (the VideoLLaMA3 processor's resize)
+//! and Lanczos (SmolVLM2's), byte for byte, on fixtures made by
+//! engines/videollama3/resize_reference.py.
 
 use std::path::{Path, PathBuf};
 
-use edgevlm::ingest::Resizer;
+use edgevlm::ingest::{Kernel, Resizer};
 
 const GENERATE: &str = ".venv-export/bin/python engines/videollama3/resize_reference.py";
 
@@ -22,6 +23,8 @@ struct Case {
     dst_w: u32,
     dst_h: u32,
     output: String,
+    /// `"bicubic"` or `"lanczos"`.
+    kernel: String,
 }
 
 fn fixtures() -> (PathBuf, Manifest) {
@@ -66,7 +69,13 @@ fn check(dir: &Path, case: &Case) -> Result<(), String> {
         &case.output,
         case.dst_w as usize * case.dst_h as usize * 3,
     );
-    let fast = Resizer::new(case.src_w, case.src_h, case.dst_w, case.dst_h).unwrap();
+    let kernel = match case.kernel.as_str() {
+        "bicubic" => Kernel::Bicubic,
+        "lanczos" => Kernel::Lanczos,
+        other => return Err(format!("{}: unknown kernel {other:?}", case.output)),
+    };
+    let fast =
+        Resizer::with_kernel(case.src_w, case.src_h, case.dst_w, case.dst_h, kernel).unwrap();
     // The portable build too where AVX2 is used, on the smaller sources (an unoptimised test
     // build is slow; the unit tests compare the builds on more shapes).
     let small = sw * sh <= 640 * 480;
@@ -77,10 +86,11 @@ fn check(dir: &Path, case: &Case) -> Result<(), String> {
     };
     for mut r in builds {
         let what = format!(
-            "{} {sw}x{sh} -> {}x{} ({} kernels)",
+            "{} {sw}x{sh} -> {}x{} {} ({} kernels)",
             case.source,
             case.dst_w,
             case.dst_h,
+            case.kernel,
             if r.uses_avx2() { "AVX2" } else { "portable" }
         );
         let mut got = vec![0u8; r.dst_len()];

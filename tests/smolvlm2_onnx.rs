@@ -4,8 +4,8 @@
 //! `pixel_values` and `pixel_attention_mask`, `embed_tokens.onnx`, `decoder_model_merged.onnx`)
 //! and records what transformers computes (scripts/test.sh makes the fixture). Here the runtime
 //! writes the directory's manifest (`edgevlm engines init`), checks and loads it, and must give
-//! transformers' image features, the processor's prompt ids, the prompt's logits and the greedy
-//! tokens; directories that do not fit the family are refused naming the file and the tensor.
+//! the processor's resized frames (two Lanczos steps), transformers' image features, the
+//! processor's prompt ids, the prompt's logits and the greedy tokens; directories that do not fit the family are refused naming the file and the tensor.
 
 mod common;
 
@@ -160,10 +160,37 @@ fn a_downloaded_directory_gets_its_manifest_and_matches_transformers() {
     let engines = Engines::load(&EngineOptions::cpu(dir.to_path_buf())).unwrap();
     let m = engines.manifest();
 
-    // The frames as the processor resized them, normalised and encoded by the runtime.
+    // The video's frames resized by the family as the processor resized them, byte for byte.
     let count = reference["frames"]["count"].as_u64().unwrap() as usize;
     let rgb = std::fs::read(dir.join("frames_512.rgb")).unwrap();
     assert_eq!(rgb.len(), count * 512 * 512 * 3);
+    let (fw, fh) = (
+        reference["frames"]["width"].as_u64().unwrap() as u32,
+        reference["frames"]["height"].as_u64().unwrap() as u32,
+    );
+    let source: Vec<u8> = reference["frames"]["rgb"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u8)
+        .collect();
+    let mut resize = smolvlm2::preprocess::FrameResize::new(fw, fh, 512, 512).unwrap();
+    let row = fw as usize * 3;
+    for (i, (src, want)) in source
+        .chunks_exact(row * fh as usize)
+        .zip(rgb.chunks_exact(512 * 512 * 3))
+        .enumerate()
+    {
+        let mut got = vec![0u8; resize.dst_len()];
+        resize.resize(src, row, &mut got).unwrap();
+        let differing = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            differing, 0,
+            "frame {i}: bytes differ from the processor's resize"
+        );
+    }
+
+    // Those frames, normalised and encoded by the runtime.
     let frames: Vec<&[u8]> = rgb.chunks_exact(512 * 512 * 3).collect();
     let features = engines.vision().encode(&frames, 512, 512).unwrap();
     assert_eq!(features.shape(), [count, smolvlm2::IMAGE_SEQ_LEN, 64]);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fixtures for edgevlm's resize (crates/resize/src/lib.rs): torch's uint8 antialiased bicubic resize.
+"""Fixtures for edgevlm's resize (crates/resize/src/lib.rs): torch's uint8 antialiased bicubic and Lanczos.
 
     .venv-export/bin/python engines/videollama3/resize_reference.py [--out target/resize-reference]
 
@@ -9,7 +9,9 @@ on the CPU torchvision hands the uint8 tensor straight to `torch.nn.functional.i
 mode="bicubic", antialias=True, align_corners=False)`, i.e. PyTorch's `_upsample_bicubic2d_aa` on
 uint8 (the PIL-SIMD-like fixed-point kernel on AVX2 machines). This script writes source frames and
 torch's output for each (source, target) pair; tests/ingest_resize.rs checks the Rust resizer
-against them byte for byte.
+against them byte for byte. SmolVLM2's video processor resizes with LANCZOS (its `resample` is
+PIL's 1), which torchvision >= 0.27 also runs natively on uint8 CPU tensors: those cases are here
+too, with the processor's two steps (longest edge to 512, then 512 x 512).
 
 Sources: x264-encoded videotestsrc patterns decoded by GStreamer (needs gst-launch-1.0 with x264enc
 and avdec_h264) and seeded synthetic photo-like images (gradients, blobs, hard edges, fine stripes,
@@ -45,7 +47,7 @@ from torchvision.transforms.v2 import functional as tvF
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 20240611
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # (pattern, width, height): decoded by GStreamer from x264 (4:2:0 needs even sizes).
 GST_SOURCES = [
@@ -71,6 +73,18 @@ TARGETS = {
     (333, 211): [(308, 224), (224, 168), (112, 56)],
     (336, 196): [(336, 196), (335, 197)],
 }
+
+# Lanczos targets (SmolVLM2's video processor: the longest edge to 512 keeping the aspect ratio,
+# the other edge truncated and made even, then 512 x 512), per source size.
+LANCZOS_TARGETS = {
+    (1920, 1080): [(512, 288)],
+    (1280, 720): [(512, 288), (512, 512)],
+    (640, 480): [(512, 384), (512, 512)],
+    (320, 240): [(512, 384)],
+    (100, 60): [(512, 308), (512, 512)],
+    (336, 196): [(512, 512)],
+}
+LANCZOS_SOURCES = {(512, 288), (512, 384)}  # second steps: 512 x 512 from the first steps' sizes
 
 
 def gst_frames(pattern: str, width: int, height: int, count: int, tmp: Path) -> list[np.ndarray]:
@@ -124,14 +138,15 @@ def synthetic(width: int, height: int, rng: np.random.Generator) -> np.ndarray:
     return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 
 
-def torch_resize(frame: np.ndarray, width: int, height: int) -> np.ndarray:
-    """The reference: tvF.resize on a uint8 [T, 3, H, W] tensor, bicubic, antialias (CPU)."""
+def torch_resize(frame: np.ndarray, width: int, height: int,
+                 interpolation=InterpolationMode.BICUBIC) -> np.ndarray:
+    """The reference: tvF.resize on a uint8 [T, 3, H, W] tensor, bicubic (or Lanczos), antialias (CPU)."""
     hwc = torch.from_numpy(frame)
     # As a decoder hands it over ([T, H, W, 3] permuted: channels-last strides) and contiguous
     # channels-first; both must give the same bytes (different kernels inside torch).
     views = [hwc.permute(2, 0, 1)[None], hwc.permute(2, 0, 1).contiguous()[None]]
     outs = [
-        tvF.resize(t, [height, width], interpolation=InterpolationMode.BICUBIC, antialias=True)
+        tvF.resize(t, [height, width], interpolation=interpolation, antialias=True)
         for t in views
     ]
     if not torch.equal(outs[0], outs[1]):
@@ -179,8 +194,28 @@ def main() -> None:
             fname = f"out-{name}-{dw}x{dh}.rgb"
             res.tofile(out / fname)
             cases.append(
-                {"source": f"src-{name}.rgb", "src_w": w, "src_h": h, "dst_w": dw, "dst_h": dh, "output": fname}
+                {"source": f"src-{name}.rgb", "src_w": w, "src_h": h, "dst_w": dw, "dst_h": dh, "output": fname,
+                 "kernel": "bicubic"}
             )
+        for dw, dh in LANCZOS_TARGETS.get((w, h), []):
+            res = torch_resize(frame, dw, dh, InterpolationMode.LANCZOS)
+            fname = f"out-{name}-{dw}x{dh}-lanczos.rgb"
+            res.tofile(out / fname)
+            cases.append(
+                {"source": f"src-{name}.rgb", "src_w": w, "src_h": h, "dst_w": dw, "dst_h": dh, "output": fname,
+                 "kernel": "lanczos"}
+            )
+            if (dw, dh) in LANCZOS_SOURCES:
+                # The processor's second step, from the first step's output.
+                second = torch_resize(res, 512, 512, InterpolationMode.LANCZOS)
+                src_name = f"src-{name}-{dw}x{dh}-lanczos.rgb"
+                res.tofile(out / src_name)
+                sname = f"out-{name}-{dw}x{dh}-lanczos-512x512.rgb"
+                second.tofile(out / sname)
+                cases.append(
+                    {"source": src_name, "src_w": dw, "src_h": dh, "dst_w": 512, "dst_h": 512, "output": sname,
+                     "kernel": "lanczos"}
+                )
     manifest = {
         "format": FORMAT_VERSION,
         "generator": "engines/videollama3/resize_reference.py",

@@ -17,5 +17,5 @@ pub use template::{ElementSpec, MissingElement, REQUIRED_NAMES, Template, missin
 mod probe;
 /// The reference resize (torch's antialiased bicubic, bit-exact), in its own crate so debug
 /// builds optimise it (crates/resize).
-pub use edgevlm_resize::{ResizeError, Resizer};
+pub use edgevlm_resize::{Kernel, ResizeError, Resizer};
 pub use probe::{ProbeSummary, probe};

@@ -1,4 +1,5 @@
-//! The reference resize: torch's uint8 antialiased bicubic, bit-exact, on packed RGB24 frames.
+//! The reference resize: torch's uint8 antialiased bicubic (and Lanczos), bit-exact, on packed
+//! RGB24 frames.
 //!
 //! VideoLLaMA3's video processor resizes each decoded RGB frame with torchvision's
 //! `resize(interpolation=BICUBIC, antialias=True)`, which on the CPU hands the uint8 tensor to
@@ -7,7 +8,9 @@
 //! after Pillow-SIMD), whose result this module reproduces byte for byte:
 //!
 //! - per axis, filter weights in f64: Keys cubic with a = -0.5, support `2 * scale` when
-//!   downscaling (`scale = in / out`, 2 when upscaling), centre `scale * (i + 0.5)`, window
+//!   downscaling (`scale = in / out`, 2 when upscaling) — or, for [`Kernel::Lanczos`] (torch's
+//!   `mode="lanczos"`, which SmolVLM2's processor runs), Pillow's 3-lobe Lanczos with support
+//!   `3 * scale` (3), through the very same steps — centre `scale * (i + 0.5)`, window
 //!   `[trunc(centre - support + 0.5), trunc(centre + support + 0.5))` clipped to the input, weights
 //!   normalised to sum 1;
 //! - weights quantised to i16 with one precision per axis, the largest `p <= 22` for which
@@ -91,6 +94,53 @@ struct Filter {
     precision: u32,
 }
 
+/// The interpolation filter, as torch's `interpolate(mode=…, antialias=True)` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernel {
+    /// `"bicubic"`: Keys' cubic, a = -0.5, support 2 (VideoLLaMA3's processor).
+    #[default]
+    Bicubic,
+    /// `"lanczos"`: Lanczos with 3 lobes, `sinc(x) * sinc(x / 3)`, support 3 (SmolVLM2's video
+    /// processor, whose `resample` is PIL's LANCZOS; torchvision >= 0.27 runs it on uint8 with
+    /// the same fixed-point separable passes as bicubic).
+    Lanczos,
+}
+
+impl Kernel {
+    /// Half-width of the filter at scale 1.
+    fn support(self) -> f64 {
+        match self {
+            Kernel::Bicubic => 2.0,
+            Kernel::Lanczos => 3.0,
+        }
+    }
+
+    fn weight(self, x: f64) -> f64 {
+        match self {
+            Kernel::Bicubic => keys_cubic(x),
+            Kernel::Lanczos => lanczos3(x),
+        }
+    }
+}
+
+/// `sin(pi x) / (pi x)`, 1 at 0, evaluated as Pillow and torch do (`x *= pi`, then `sin(x) / x`).
+fn sinc(x: f64) -> f64 {
+    if x == 0.0 {
+        return 1.0;
+    }
+    let x = x * std::f64::consts::PI;
+    x.sin() / x
+}
+
+/// Lanczos with a = 3 (Pillow's `lanczos_filter`): `sinc(x) * sinc(x / 3)` on `[-3, 3)`.
+fn lanczos3(x: f64) -> f64 {
+    if (-3.0..3.0).contains(&x) {
+        sinc(x) * sinc(x / 3.0)
+    } else {
+        0.0
+    }
+}
+
 /// Keys' cubic convolution kernel with a = -0.5 (`HelperInterpCubic::aa_filter`), evaluated in the
 /// same order as the C++ (constants folded exactly: a + 2 = 1.5, a + 3 = 2.5, 5a = -2.5, ...).
 fn keys_cubic(x: f64) -> f64 {
@@ -106,14 +156,14 @@ fn keys_cubic(x: f64) -> f64 {
 }
 
 impl Filter {
-    /// `_compute_index_ranges_int16_weights` with the cubic filter, antialias on, align_corners
-    /// off and no explicit scale factor.
-    fn new(input: usize, output: usize) -> Filter {
+    /// `_compute_index_ranges_int16_weights` with `kernel`, antialias on, align_corners off and
+    /// no explicit scale factor.
+    fn new(input: usize, output: usize, kernel: Kernel) -> Filter {
         let scale = input as f64 / output as f64;
         let (support, invscale) = if scale >= 1.0 {
-            (2.0 * scale, 1.0 / scale)
+            (kernel.support() * scale, 1.0 / scale)
         } else {
-            (2.0, 1.0)
+            (kernel.support(), 1.0)
         };
         let max_taps = (support.ceil() as usize) * 2 + 1;
         let mut first = Vec::with_capacity(output);
@@ -128,7 +178,7 @@ impl Filter {
             let n = (hi - lo).clamp(0, max_taps as i64) as usize;
             let mut total = 0f64;
             for (j, wj) in w[..n].iter_mut().enumerate() {
-                *wj = keys_cubic(((j as i64 + lo) as f64 - center + 0.5) * invscale);
+                *wj = kernel.weight(((j as i64 + lo) as f64 - center + 0.5) * invscale);
                 total += *wj;
             }
             if total != 0.0 {
@@ -376,8 +426,19 @@ pub struct Resizer {
 }
 
 impl Resizer {
-    /// A resizer from `src_w` x `src_h` to `dst_w` x `dst_h`.
+    /// A resizer from `src_w` x `src_h` to `dst_w` x `dst_h` (bicubic).
     pub fn new(src_w: u32, src_h: u32, dst_w: u32, dst_h: u32) -> Result<Resizer, ResizeError> {
+        Resizer::with_kernel(src_w, src_h, dst_w, dst_h, Kernel::Bicubic)
+    }
+
+    /// A resizer from `src_w` x `src_h` to `dst_w` x `dst_h` with `kernel`.
+    pub fn with_kernel(
+        src_w: u32,
+        src_h: u32,
+        dst_w: u32,
+        dst_h: u32,
+        kernel: Kernel,
+    ) -> Result<Resizer, ResizeError> {
         if src_w == 0 || src_h == 0 || dst_w == 0 || dst_h == 0 {
             return Err(ResizeError::EmptySize {
                 src_w,
@@ -392,8 +453,8 @@ impl Resizer {
             dst_w as usize,
             dst_h as usize,
         );
-        let horizontal = (sw != dw).then(|| Horizontal::new(Filter::new(sw, dw), sw));
-        let vertical = (sh != dh).then(|| Filter::new(sh, dh));
+        let horizontal = (sw != dw).then(|| Horizontal::new(Filter::new(sw, dw, kernel), sw));
+        let vertical = (sh != dh).then(|| Filter::new(sh, dh, kernel));
         let intermediate = if horizontal.is_some() && vertical.is_some() {
             vec![0; sh * dw * 3]
         } else {
@@ -515,7 +576,7 @@ mod tests {
     /// The plain definition: per output, sum over its window, horizontal then vertical.
     fn naive(src: &[u8], sw: usize, sh: usize, dw: usize, dh: usize) -> Vec<u8> {
         let pass = |input: &[u8], n_in: usize, n_out: usize, lines: usize, along_x: bool| {
-            let f = Filter::new(n_in, n_out);
+            let f = Filter::new(n_in, n_out, Kernel::Bicubic);
             let mut out = vec![0u8; lines * n_out * 3];
             for line in 0..lines {
                 for i in 0..n_out {
@@ -635,7 +696,7 @@ mod tests {
             }
         }
         for (input, output) in sizes {
-            let plain = Filter::new(input, output);
+            let plain = Filter::new(input, output, Kernel::Bicubic);
             // The same computation with the fused filter.
             let scale = input as f64 / output as f64;
             let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };

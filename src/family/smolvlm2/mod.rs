@@ -12,11 +12,13 @@
 //!
 //! Its published ONNX files load as they are downloaded (`checkpoint.rs` writes their manifest:
 //! `edgevlm engines init`; the vision encoder's `images` layout takes pixel values with a pixel
-//! attention mask), and generation stops on `<end_of_utterance>`. The runtime cannot watch a
-//! camera with SmolVLM2 yet: its frame resize and a live format are not there, so the shape has
-//! no streaming format; `edgevlm prompt --family smolvlm2` renders its prompt.
+//! attention mask), frames are resized as its processor does (`preprocess.rs`), and generation
+//! stops on `<end_of_utterance>`. The runtime cannot watch a camera with SmolVLM2 yet: ingest does
+//! not run its two-step resize and it has no live format, so the shape has no streaming format;
+//! `edgevlm prompt --family smolvlm2` renders its prompt.
 
 pub mod checkpoint;
+pub mod preprocess;
 
 use super::words::{number_words, timedelta_str};
 use super::{Family, Shape, StreamFormat, require_layout, require_token};
@@ -67,8 +69,8 @@ impl Shape for SmolVlm2 {
 
     fn stream(&self) -> Result<&dyn StreamFormat, String> {
         Err(
-            "family `smolvlm2` cannot watch live cameras yet: its frame resize and a live format \
-             are not wired (`edgevlm prompt --family smolvlm2` renders its video prompt)"
+            "family `smolvlm2` cannot watch live cameras yet: ingest does not run its frame resize \
+             and it has no live format (`edgevlm prompt --family smolvlm2` renders its video prompt)"
                 .into(),
         )
     }
