@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Soak: edgevlm with CAMERAS RTSP cameras (the in-repo test server, loopback), narrations and a
 # steady question load, for MINUTES minutes. Samples the runtime's RSS every minute and reports the
-# slope after WARMUP minutes (docs/RELIABILITY.md, "Memory over a long run", says how it is judged).
+# slope after WARMUP minutes, fitted on the median of each minute's 5-second samples
+# (docs/RELIABILITY.md, "Memory over a long run", says how it is judged).
 #   scripts/soak.sh                      (MINUTES=120 CAMERAS=4 ASK_EVERY=15 WARMUP=20 FILL=2000)
 #   WRAP="heaptrack -o target/soak/heap" STOP=KILL MINUTES=20 scripts/soak.sh    (a heap profile)
 #   RELEASE=0 OUT=target/soak-keep scripts/soak.sh     (runtime.release_memory_secs, 60 by default)
-# Writes target/soak/{config.toml,run.log,rss.csv,report.md}; prints the report. Bounded: it stops
+# Writes target/soak/{config.toml,run.log,rss.csv,rss-5s.csv,report.md}; prints the report. Bounded: it stops
 # after MINUTES minutes and asks at most FILL + MINUTES*60/ASK_EVERY questions.
 # FILL: questions sent at once at the start, to a camera that does not exist (each answered
 # `unknown_camera`, no engine work): the embedded broker keeps a log per subscription filter,
@@ -100,6 +101,16 @@ echo "secs,rss_kb,narrations,answers,questions" > "$OUT/rss.csv"
 asked=0
 start=$(date +%s)
 next_sample=$start
+# RSS every 5 s as well: the report fits the median of each minute (scripts/soak_report.py).
+echo "secs,rss_kb" > "$OUT/rss-5s.csv"
+(
+  while kill -0 "$pid" 2>/dev/null; do
+    rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || break
+    echo "$(($(date +%s) - start)),$rss" >> "$OUT/rss-5s.csv"
+    sleep 5
+  done
+) &
+pids+=($!)
 end=$((start + MINUTES * 60))
 while :; do
   now=$(date +%s)

@@ -5,6 +5,11 @@ long run"). Standard library only.
 
     python3 scripts/soak_report.py target/soak/rss.csv --warmup 10
 
+With --fine (rss-5s.csv: "secs,rss_kb" every 5 s, which scripts/soak.sh writes beside rss.csv
+and which is used when it is there) the fit runs on the median of each minute's samples instead
+of one instantaneous sample a minute: the runtime's memory moves by megabytes within a minute
+(buffers of runs in flight, the allocator's trim), and a minute's median is what it holds.
+
 Three verdicts: "within noise" when the interval contains 0 and is narrow enough to have seen a
 growth of --resolution KiB/min (its half-width is at most that); "inconclusive" when it contains 0
 but is wider (a noisy run proves nothing); "GROWING" when it lies above 0.
@@ -13,6 +18,8 @@ but is wider (a noisy run proves nothing); "GROWING" when it lies above 0.
 import argparse
 import csv
 import math
+import os
+import statistics
 import sys
 
 
@@ -35,6 +42,7 @@ def main():
     p.add_argument("--resolution", type=float, default=24.0,
                    help="KiB/min: the widest half-interval a 'within noise' verdict accepts "
                         "(24: a tenth of the 236 KB/min growth the reliability issue saw)")
+    p.add_argument("--fine", help="RSS every few seconds (secs,rss_kb); default: rss-5s.csv beside CSV")
     args = p.parse_args()
     rows = list(csv.DictReader(open(args.csv)))
     if not rows:
@@ -42,9 +50,24 @@ def main():
     mins = [int(r["secs"]) / 60 for r in rows]
     rss = [int(r["rss_kb"]) / 1024 for r in rows]  # MiB
     kept = [(m, r) for m, r in zip(mins, rss) if m >= args.warmup]
+    fine_path = args.fine or os.path.join(os.path.dirname(args.csv), "rss-5s.csv")
+    fine_note = ""
+    if os.path.exists(fine_path):
+        by_minute = {}
+        for r in csv.DictReader(open(fine_path)):
+            by_minute.setdefault(int(r["secs"]) // 60, []).append(int(r["rss_kb"]) / 1024)
+        medians = [(m + 0.5, statistics.median(v)) for m, v in sorted(by_minute.items()) if len(v) >= 6]
+        fine_kept = [(m, r) for m, r in medians if m >= args.warmup]
+        if len(fine_kept) >= 5:
+            kept = fine_kept
+            fine_note = (f"fit on per-minute medians of {fine_path} ({sum(len(v) for v in by_minute.values())} "
+                         f"samples, {len(fine_kept)} minutes after the warm-up)")
     last = rows[-1]
     print(f"# Soak: {mins[-1]:.0f} min, {len(rows)} samples")
     print()
+    if fine_note:
+        print(fine_note)
+        print()
     print(f"narrations {last['narrations']}, questions asked {last['questions']}, "
           f"answers {last['answers']}")
     print()
