@@ -385,7 +385,7 @@ const ONE_CAMERA: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
 
 #[test]
 fn validate_refuses_a_model_whose_family_cannot_watch_cameras() {
-    // A SmolVLM2 manifest (its prompt renders; it has no live format yet) with a camera: it could
+    // An Apollo manifest (its prompts render; it has no live format yet) with a camera: it could
     // never narrate nor answer, so validate (the unit's ExecStartPre) refuses it and says why.
     let dir = scratch("validate-family");
     let model = tiny_copy(&dir);
@@ -393,7 +393,7 @@ fn validate_refuses_a_model_whose_family_cannot_watch_cameras() {
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(
         &manifest,
-        text.replace("family = \"tiny\"", "family = \"smolvlm2\""),
+        text.replace("family = \"tiny\"", "family = \"apollo\""),
     )
     .unwrap();
     let (code, _, stderr) = validate_text(
@@ -405,7 +405,7 @@ fn validate_refuses_a_model_whose_family_cannot_watch_cameras() {
     assert!(
         stderr.contains("engine.model_dir:")
             && stderr.contains("manifest.toml")
-            && stderr.contains("family `smolvlm2` cannot watch live cameras"),
+            && stderr.contains("family `apollo` cannot watch live cameras"),
         "{stderr}"
     );
     // The same model with its one camera disabled is valid (nothing to watch yet).

@@ -127,7 +127,21 @@ def traceable_embeddings(emb):
     return forward
 
 
-def build(out: Path, tok_json: dict):
+# The dimensions of each shape: "reduced" for the parity test, "256m" for measurements at the size
+# of HuggingFaceTB/SmolVLM2-256M-Video-Instruct (its published dimensions: a 12-layer SigLIP 768
+# wide, a 30-layer Llama 576 wide with 9 heads / 3 kv heads of 64, MLP 1536, vocabulary 49,280;
+# not read from its config.json here, which no hub serves), random weights either way.
+SHAPES = {
+    "reduced": ({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
+                {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "head_dim": 16}, None),
+    "256m": ({"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12},
+             {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+              "num_key_value_heads": 3, "head_dim": 64}, 49280),
+}
+
+
+def build(out: Path, tok_json: dict, shape: str = "reduced"):
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMForConditionalGeneration
     from transformers.models.smolvlm import SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
@@ -136,14 +150,12 @@ def build(out: Path, tok_json: dict):
                                   eos_token="<end_of_utterance>", pad_token="<|endoftext|>")
     vocab = len(tok)
     image_id = tok.convert_tokens_to_ids("<image>")
+    vision_dims, text_dims, text_vocab = SHAPES[shape]
     config = SmolVLMConfig(
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                       "num_attention_heads": 2, "image_size": IMAGE_SIZE, "patch_size": PATCH},
-        text_config={"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                     "head_dim": 16, "vocab_size": vocab, "max_position_embeddings": 8192,
-                     "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-                     "pad_token_id": tok.pad_token_id},
+        vision_config={**vision_dims, "image_size": IMAGE_SIZE, "patch_size": PATCH},
+        text_config={"model_type": "llama", **text_dims, "vocab_size": text_vocab or vocab,
+                     "max_position_embeddings": 8192, "rope_theta": 100000.0, "rms_norm_eps": 1e-5,
+                     "tie_word_embeddings": False, "pad_token_id": tok.pad_token_id},
         scale_factor=SCALE, image_token_id=image_id, tie_word_embeddings=False)
     torch.manual_seed(SEED)
     model = SmolVLMForConditionalGeneration(config).eval()
@@ -274,13 +286,15 @@ def frames() -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "target/smolvlm2-reduced")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="reduced",
+                    help="reduced (the parity fixture) or 256m (the published 256M model's size, for benches)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     from transformers.video_utils import VideoMetadata
 
     # A manifest left by `edgevlm engines init` from an earlier run would name stale checksums.
     (args.out / "manifest.toml").unlink(missing_ok=True)
-    model, processor, tok = build(args.out, PROMPT.tokenizer_json())
+    model, processor, tok = build(args.out, PROMPT.tokenizer_json(), args.shape)
     print(f"reduced SmolVLM2: {sum(p.numel() for p in model.parameters()):,} parameters, "
           f"vocab {len(tok)}, image token {model.config.image_token_id}")
     sessions = onnx_sessions(model, args.out)

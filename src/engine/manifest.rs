@@ -30,6 +30,49 @@ impl Family {
     ];
 }
 
+impl Family {
+    /// The vision layout the family's files have (`None`: not fixed here).
+    pub fn vision_layout(self) -> Option<VisionLayout> {
+        match self {
+            Family::Tiny | Family::Videollama3 => Some(VisionLayout::Frames),
+            Family::Smolvlm2 => Some(VisionLayout::Images),
+            Family::Apollo => None,
+        }
+    }
+
+    /// The special tokens the family's formats use, by manifest key and literal: the manifest must
+    /// name them (VideoLLaMA3's streaming pair; SmolVLM2's turn end and image marks).
+    pub fn required_tokens(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Family::Tiny | Family::Videollama3 => &[
+                ("stream_start", "<|stream_start|>"),
+                ("stream_end", "<|stream_end|>"),
+            ],
+            Family::Smolvlm2 => &[
+                ("end_of_utterance", "<end_of_utterance>"),
+                ("fake_token_around_image", "<fake_token_around_image>"),
+                ("global_image", "<global-img>"),
+            ],
+            Family::Apollo => &[],
+        }
+    }
+
+    /// The tokens that end the model's turn, where generation stops by default.
+    pub fn stop_tokens(self, special: &SpecialTokens) -> Vec<u32> {
+        match self {
+            // `Manifest::validate` made sure `<end_of_utterance>` is named.
+            Family::Smolvlm2 => special
+                .end_of_utterance
+                .into_iter()
+                .chain([special.endoftext])
+                .collect(),
+            Family::Tiny | Family::Videollama3 | Family::Apollo => {
+                vec![special.im_end, special.endoftext]
+            }
+        }
+    }
+}
+
 impl std::str::FromStr for Family {
     type Err = String;
 
@@ -415,11 +458,7 @@ impl Manifest {
             message: e.message().trim().to_string(),
         })?;
         m.dir = dir.to_path_buf();
-        // The manifest's own rules, then what its family needs of it (`family::Shape`).
-        if let Err(message) = m
-            .validate()
-            .and_then(|()| crate::family::shape(m.family).check_manifest(&m))
-        {
+        if let Err(message) = m.validate() {
             return Err(EngineError::Manifest { path, message });
         }
         Ok(m)
@@ -545,6 +584,34 @@ impl Manifest {
                         v.image_size.map_or("none".into(), |s| s.to_string())
                     ));
                 }
+            }
+        }
+        // What the family's files and formats need of the manifest.
+        let layout_name = |l: VisionLayout| match l {
+            VisionLayout::Frames => "frames",
+            VisionLayout::Images => "images",
+        };
+        if let Some(want) = self.family.vision_layout()
+            && want != v.layout
+        {
+            return Err(format!(
+                "vision.layout: family `{}` takes layout = \"{}\", got \"{}\"",
+                self.family,
+                layout_name(want),
+                layout_name(v.layout)
+            ));
+        }
+        let named: Vec<&str> = self
+            .special_tokens
+            .pairs()
+            .iter()
+            .map(|(l, _)| *l)
+            .collect();
+        for (key, literal) in self.family.required_tokens() {
+            if !named.contains(literal) {
+                return Err(format!(
+                    "special_tokens.{key}: the family's formats use {literal}, give its id"
+                ));
             }
         }
         for (name, id) in self.special_tokens.pairs() {

@@ -3,10 +3,11 @@
 //! through its [`Shape`]; adding a family is a folder here, a `Family` variant and its manifest.
 //! `words.rs` writes text as the Python processors do (number words, `timedelta`).
 //!
-//! Today a shape carries what the family needs of its manifest (vision layout, special tokens),
-//! its stop tokens and the streaming format a live camera needs (prompt prefix, frame items,
-//! questions, narrations, the turn that closes an answer); the family's preprocessing is still
-//! read from the manifest by `ingest` and `engine::vision` (docs/ENGINES.md).
+//! Today a shape carries the streaming format a live camera needs (prompt prefix, frame items,
+//! questions, narrations, the turn that closes an answer); what a family needs of its manifest
+//! (vision layout, special tokens) and its stop tokens sit with `engine::Family` (the manifest's
+//! own checks, below this module), and its preprocessing is read from the manifest by `ingest`
+//! and `engine::vision` (docs/ENGINES.md).
 
 pub mod apollo;
 pub mod smolvlm2;
@@ -14,7 +15,7 @@ pub mod videollama3;
 pub mod words;
 
 pub use crate::engine::Family;
-use crate::engine::{Manifest, SpecialTokens, VisionLayout};
+use crate::engine::SpecialTokens;
 use crate::generate::render::{RenderError, Rendered, Role};
 
 /// One model family.
@@ -24,42 +25,6 @@ pub trait Shape: Send + Sync {
 
     /// Its live streaming format, or why it has none.
     fn stream(&self) -> Result<&dyn StreamFormat, String>;
-
-    /// The tokens that end the model's turn, where generation stops by default.
-    fn stop_tokens(&self, special: &SpecialTokens) -> Vec<u32> {
-        vec![special.im_end, special.endoftext]
-    }
-
-    /// What the family needs of a manifest beyond the manifest's own rules (its vision layout,
-    /// the special tokens its formats use), as `key: what` when it is missing.
-    fn check_manifest(&self, m: &Manifest) -> Result<(), String> {
-        let _ = m;
-        Ok(())
-    }
-}
-
-/// `special_tokens.{key}` must be set (the family's formats use `literal`).
-pub(crate) fn require_token(id: Option<u32>, key: &str, literal: &str) -> Result<u32, String> {
-    id.ok_or_else(|| {
-        format!("special_tokens.{key}: the family's formats use {literal}, give its id")
-    })
-}
-
-/// `vision.layout` must be `want`.
-pub(crate) fn require_layout(m: &Manifest, want: VisionLayout) -> Result<(), String> {
-    if m.vision.layout == want {
-        return Ok(());
-    }
-    let name = |l: VisionLayout| match l {
-        VisionLayout::Frames => "frames",
-        VisionLayout::Images => "images",
-    };
-    Err(format!(
-        "vision.layout: family `{}` takes layout = \"{}\", got \"{}\"",
-        m.family,
-        name(want),
-        name(m.vision.layout)
-    ))
 }
 
 /// How a family lays a live camera out in its context: the renders memory, narrations and

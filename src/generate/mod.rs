@@ -282,7 +282,7 @@ impl Generator {
         let stop_tokens = options
             .stop_tokens
             .clone()
-            .unwrap_or_else(|| crate::family::shape(m.family).stop_tokens(&m.special_tokens));
+            .unwrap_or_else(|| m.family.stop_tokens(&m.special_tokens));
         Ok(Decoding {
             generator: self,
             cache: prefill.cache,

@@ -21,8 +21,7 @@ pub mod checkpoint;
 pub mod preprocess;
 
 use super::words::{number_words, timedelta_str};
-use super::{Family, Shape, StreamFormat, require_layout, require_token};
-use crate::engine::{Manifest, SpecialTokens, VisionLayout};
+use super::{Family, Shape, StreamFormat};
 use crate::generate::render::{FrameSlot, RenderError, Rendered, check_frames};
 
 /// The image placeholder SmolVLM2's tokenizer has (`image_token`).
@@ -43,28 +42,6 @@ pub struct SmolVlm2;
 impl Shape for SmolVlm2 {
     fn family(&self) -> Family {
         Family::Smolvlm2
-    }
-
-    fn stop_tokens(&self, special: &SpecialTokens) -> Vec<u32> {
-        // `check_manifest` made sure `<end_of_utterance>` is named.
-        special
-            .end_of_utterance
-            .into_iter()
-            .chain([special.endoftext])
-            .collect()
-    }
-
-    fn check_manifest(&self, m: &Manifest) -> Result<(), String> {
-        require_layout(m, VisionLayout::Images)?;
-        let t = &m.special_tokens;
-        require_token(t.end_of_utterance, "end_of_utterance", END_OF_UTTERANCE)?;
-        require_token(
-            t.fake_token_around_image,
-            "fake_token_around_image",
-            FAKE_TOKEN_AROUND_IMAGE,
-        )?;
-        require_token(t.global_image, "global_image", GLOBAL_IMAGE)?;
-        Ok(())
     }
 
     fn stream(&self) -> Result<&dyn StreamFormat, String> {

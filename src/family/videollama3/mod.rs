@@ -9,8 +9,8 @@
 //! stream    <|stream_start|>stream\n[k]\n<|stream_end|>\n … interleaved with messages by time
 //! ```
 
-use super::{Family, Shape, StreamFormat, require_layout, require_token};
-use crate::engine::{Manifest, SpecialTokens, VisionLayout};
+use super::{Family, Shape, StreamFormat};
+use crate::engine::SpecialTokens;
 use crate::generate::render::{
     FrameSlot, Message, RenderError, Rendered, Role, check_frames, template_text, time_1dp,
 };
@@ -31,14 +31,6 @@ impl Shape for VideoLlama3 {
 
     fn stream(&self) -> Result<&dyn StreamFormat, String> {
         Ok(self)
-    }
-
-    fn check_manifest(&self, m: &Manifest) -> Result<(), String> {
-        require_layout(m, VisionLayout::Frames)?;
-        let t = &m.special_tokens;
-        require_token(t.stream_start, "stream_start", "<|stream_start|>")?;
-        require_token(t.stream_end, "stream_end", "<|stream_end|>")?;
-        Ok(())
     }
 }
 
@@ -62,7 +54,7 @@ impl StreamFormat for VideoLlama3 {
     fn speak_signal(&self, special: &SpecialTokens) -> Option<(u32, u32)> {
         // After a frame the reference model writes `<|im_start|>` to speak or `<|stream_start|>`
         // for the next frame (docs/REFERENCE.md §1c).
-        // `check_manifest` made sure the manifest names it.
+        // The manifest's checks made sure it names it (`Family::required_tokens`).
         Some((special.im_start, special.stream_start?))
     }
 
