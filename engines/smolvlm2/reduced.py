@@ -3,6 +3,7 @@
 transformers' own SmolVLM classes.
 
     .venv-export/bin/python engines/smolvlm2/reduced.py [--out target/smolvlm2-reduced]
+    .venv-export/bin/python engines/smolvlm2/reduced.py --shape 256m --out target/smolvlm2-256m   # benches/smolvlm2.rs
 
 HuggingFaceTB/SmolVLM2-{256M,500M}-Video-Instruct publish ONNX files in an `onnx/` folder of the
 model repository (docs/ENGINES.md, "SmolVLM2"), whose tensors are:
