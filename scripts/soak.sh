@@ -102,11 +102,12 @@ asked=0
 start=$(date +%s)
 next_sample=$start
 # RSS every 5 s as well: the report fits the median of each minute (scripts/soak_report.py).
-echo "secs,rss_kb" > "$OUT/rss-5s.csv"
+# With the machine's load average: work beside the soak moves RSS (more runs in flight at once).
+echo "secs,rss_kb,load1" > "$OUT/rss-5s.csv"
 (
   while kill -0 "$pid" 2>/dev/null; do
     rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || break
-    echo "$(($(date +%s) - start)),$rss" >> "$OUT/rss-5s.csv"
+    echo "$(($(date +%s) - start)),$rss,$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/rss-5s.csv"
     sleep 5
   done
 ) &

@@ -53,15 +53,20 @@ def main():
     fine_path = args.fine or os.path.join(os.path.dirname(args.csv), "rss-5s.csv")
     fine_note = ""
     if os.path.exists(fine_path):
-        by_minute = {}
+        by_minute, loads = {}, []
         for r in csv.DictReader(open(fine_path)):
             by_minute.setdefault(int(r["secs"]) // 60, []).append(int(r["rss_kb"]) / 1024)
+            if r.get("load1") and int(r["secs"]) >= args.warmup * 60:
+                loads.append(float(r["load1"]))
         medians = [(m + 0.5, statistics.median(v)) for m, v in sorted(by_minute.items()) if len(v) >= 6]
         fine_kept = [(m, r) for m, r in medians if m >= args.warmup]
         if len(fine_kept) >= 5:
             kept = fine_kept
             fine_note = (f"fit on per-minute medians of {fine_path} ({sum(len(v) for v in by_minute.values())} "
                          f"samples, {len(fine_kept)} minutes after the warm-up)")
+            if loads:
+                fine_note += (f"; load average after the warm-up {statistics.mean(loads):.1f} "
+                              f"(max {max(loads):.1f})")
     last = rows[-1]
     print(f"# Soak: {mins[-1]:.0f} min, {len(rows)} samples")
     print()
