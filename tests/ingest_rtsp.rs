@@ -437,13 +437,15 @@ async fn a_hardware_template_without_its_element_stops_the_camera_with_its_name(
     sup.shutdown(Duration::from_secs(10)).await;
 }
 
-/// Waits for 8 sampled frames of camera `id` (5 fps from a 320x240 source at 15 fps) and checks
-/// them: the reference geometry for 320x240 and a 36 s window, packed RGB of that size, real
-/// pixels, 0.2 s apart in stream time, the source's size seen by the scaler, no restart.
+/// Waits for 12 sampled frames of camera `id` (5 fps from a 320x240 source at 15 fps) and checks
+/// the last 8: the reference geometry for 320x240 and a 36 s window, packed RGB of that size, real
+/// pixels, 0.2 s apart in stream time, the source's size seen by the scaler, no restart. The
+/// first frames are left out: a live stream's start may lose a sample slot while the decoder
+/// starts up (seen once in the Debian 11 root on a loaded machine: 0, 0.42, 0.62 … s).
 async fn assert_sampled_rgb_frames(sup: &Supervisor, cfg: &Config, id: &str) {
     let cam = sup.camera(id).unwrap();
     assert!(
-        wait_until(Duration::from_secs(90), || cam.window.info().frames >= 8).await,
+        wait_until(Duration::from_secs(90), || cam.window.info().frames >= 12).await,
         "{id}: only {} frames; status {:?}",
         cam.window.info().frames,
         cam.status()
