@@ -10,6 +10,7 @@
 mod common;
 
 use common::edgevlm;
+use common::tempdir::{TempDir, tempdir};
 use edgevlm::engine::{EngineOptions, Engines, LogitRows, Tokenizer};
 use edgevlm::family::smolvlm2;
 use edgevlm::generate::render::FrameSlot;
@@ -25,33 +26,10 @@ fn fixture() -> PathBuf {
     dir
 }
 
-/// A directory of its own under the temp dir, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A copy of the fixture's directory (what a user downloads: no manifest) in a temp dir.
-fn download() -> Scratch {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
+fn download() -> TempDir {
     let src = fixture();
-    let tmp = Scratch(std::env::temp_dir().join(format!(
-        "edgevlm-smolvlm2-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )));
-    let _ = std::fs::remove_dir_all(tmp.path());
-    std::fs::create_dir_all(tmp.path()).unwrap();
+    let tmp = tempdir("smolvlm2-download");
     for entry in std::fs::read_dir(&src).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name();

@@ -8,32 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// A directory under target/ removed on drop (no temp-file crate for one test file).
-struct TempDir(PathBuf);
+#[path = "common/tempdir.rs"]
+mod tempdir;
 
-impl TempDir {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use tempdir::TempDir;
 
 fn tempdir() -> TempDir {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = repo().join("target/tmp").join(format!(
-        "videollama3-export-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    TempDir(dir)
+    tempdir::tempdir("videollama3-export")
 }
 
 fn repo() -> PathBuf {

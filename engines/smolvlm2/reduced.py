@@ -207,18 +207,7 @@ def onnx_sessions(model, out: Path):
                         {"input_ids": {0: "batch_size", 1: "sequence_length"},
                          "inputs_embeds": {0: "batch_size", 1: "sequence_length"}})
     kv = [torch.zeros(1, tc.num_key_value_heads, 3, tc.head_dim) for _ in range(2 * layers)]
-    names_in = ["inputs_embeds", "attention_mask", "position_ids"]
-    names_out = ["logits"]
-    axes = {"inputs_embeds": {0: "batch_size", 1: "sequence_length"},
-            "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
-            "position_ids": {0: "batch_size", 1: "sequence_length"},
-            "logits": {0: "batch_size", 1: "sequence_length"}}
-    for i in range(layers):
-        for kind in ("key", "value"):
-            names_in.append(f"past_key_values.{i}.{kind}")
-            names_out.append(f"present.{i}.{kind}")
-            axes[f"past_key_values.{i}.{kind}"] = {0: "batch_size", 2: "past_sequence_length"}
-            axes[f"present.{i}.{kind}"] = {0: "batch_size", 2: "total_sequence_length"}
+    names_in, names_out, axes = RECIPE.decoder_io(layers)
     args = (torch.zeros(1, 2, tc.hidden_size), torch.ones(1, 5, dtype=torch.int64),
             torch.tensor([[3, 4]]), *kv)
     RECIPE.export_graph(decoder, args, onnx_dir / "decoder_model_merged.onnx", names_in, names_out, axes)

@@ -306,6 +306,22 @@ def export_graph(module, args, path: Path, inputs, outputs, axes) -> list[str]:
     return [path.name, data]
 
 
+def decoder_io(layers: int) -> tuple[list[str], list[str], dict]:
+    """The decoder's input and output names and dynamic axes (docs/ENGINES.md, "Model directories")."""
+    names_in, names_out = ["inputs_embeds", "attention_mask", "position_ids"], ["logits"]
+    axes = {"inputs_embeds": {0: "batch_size", 1: "sequence_length"},
+            "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+            "position_ids": {0: "batch_size", 1: "sequence_length"},
+            "logits": {0: "batch_size", 1: "sequence_length"}}
+    for i in range(layers):
+        for kind in ("key", "value"):
+            names_in.append(f"past_key_values.{i}.{kind}")
+            names_out.append(f"present.{i}.{kind}")
+            axes[names_in[-1]] = {0: "batch_size", 2: "past_sequence_length"}
+            axes[names_out[-1]] = {0: "batch_size", 2: "total_sequence_length"}
+    return names_in, names_out, axes
+
+
 def compare(name: str, got, want, tol: float) -> float:
     got = got.detach().float().numpy() if torch.is_tensor(got) else np.asarray(got, dtype=np.float32)
     want = want.detach().float().numpy() if torch.is_tensor(want) else np.asarray(want, dtype=np.float32)
@@ -448,17 +464,7 @@ def main() -> None:
         e3 = torch.randn(1, s, hidden) * 0.05
         mask = torch.ones(1, p + s, dtype=torch.int64)
         pos = torch.arange(p, p + s)[None]
-        names_in, names_out = ["inputs_embeds", "attention_mask", "position_ids"], ["logits"]
-        axes = {"inputs_embeds": {0: "batch_size", 1: "sequence_length"},
-                "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
-                "position_ids": {0: "batch_size", 1: "sequence_length"},
-                "logits": {0: "batch_size", 1: "sequence_length"}}
-        for i in range(layers):
-            for kind in ("key", "value"):
-                names_in.append(f"past_key_values.{i}.{kind}")
-                names_out.append(f"present.{i}.{kind}")
-                axes[names_in[-1]] = {0: "batch_size", 2: "past_sequence_length"}
-                axes[names_out[-1]] = {0: "batch_size", 2: "total_sequence_length"}
+        names_in, names_out, axes = decoder_io(layers)
         written += export_graph(dec_x, (e3, mask, pos, *past), out / "decoder_model_merged.onnx",
                                 names_in, names_out, axes)
 
