@@ -10,9 +10,9 @@ and which is used when it is there) the fit runs on the median of each minute's 
 of one instantaneous sample a minute: the runtime's memory moves by megabytes within a minute
 (buffers of runs in flight, the allocator's trim), and a minute's median is what it holds.
 
-Three verdicts: "within noise" when the interval contains 0 and is narrow enough to have seen a
-growth of --resolution KiB/min (its half-width is at most that); "inconclusive" when it contains 0
-but is wider (a noisy run proves nothing); "GROWING" when it lies above 0.
+Verdicts: "within noise" when the interval contains 0 and is narrow enough to have seen a growth
+of --resolution KiB/min (its half-width is at most that); "inconclusive" when it contains 0 but is
+wider (a noisy run proves nothing); "GROWING" when it lies above 0 ("SHRINKING" below).
 """
 
 import argparse
@@ -104,8 +104,10 @@ def main():
     elif flat:
         print(f"verdict: INCONCLUSIVE, the interval contains 0 but is +-{half:.1f} KiB/min wide: "
               "too noisy to tell")
+    elif hi < 0:
+        print(f"verdict: SHRINKING, {b * 60 * 24:+.1f} MiB a day at this slope (a level still settling)")
     else:
-        print(f"verdict: GROWING, {b * 1024 * 60 * 24 / 1024:+.1f} MiB a day at this slope")
+        print(f"verdict: GROWING, {b * 60 * 24:+.1f} MiB a day at this slope")
 
 
 if __name__ == "__main__":
