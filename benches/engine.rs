@@ -14,8 +14,9 @@
 //! - `generate/64_tokens`: the greedy decode loop, tokens per second.
 //! - `fork/cache_2048`: forking a 2048-position cache.
 //! - `cpu_arena/{model}/{arena}/...`: prefill, decode step and generation on the tiny and the
-//!   scenes model with ONNX Runtime's arena on every session (`all`, its default) and only on the
-//!   vision encoder (`fixed_shapes`, the runtime's), both loaded in the same run
+//!   scenes model with ONNX Runtime's arena on every session (`all`, its default and the
+//!   runtime's) and only on the vision encoder (`fixed_shapes`, `engine.cpu_arena = "vision"`),
+//!   both loaded in the same run
 //!   (docs/RELIABILITY.md, "Where the slow growth was").
 
 mod common;

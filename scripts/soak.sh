@@ -6,6 +6,7 @@
 #   scripts/soak.sh                      (MINUTES=120 CAMERAS=4 ASK_EVERY=15 WARMUP=20 FILL=2000)
 #   WRAP="heaptrack -o target/soak/heap" STOP=KILL MINUTES=20 scripts/soak.sh    (a heap profile)
 #   RELEASE=0 OUT=target/soak-keep scripts/soak.sh     (runtime.release_memory_secs, 60 by default)
+#   ARENA=vision OUT=target/soak-vision scripts/soak.sh  (engine.cpu_arena)
 # Writes target/soak/{config.toml,run.log,rss.csv,rss-5s.csv,report.md}; prints the report. Bounded: it stops
 # after MINUTES minutes and asks at most FILL + MINUTES*60/ASK_EVERY questions.
 # FILL: questions sent at once at the start, to a camera that does not exist (each answered
@@ -23,6 +24,8 @@ FILL=${FILL:-2000}
 OUT=${OUT:-target/soak}
 WRAP=${WRAP:-}
 RELEASE=${RELEASE:-60}
+# ARENA: engine.cpu_arena ("all" or "vision"); empty: the default.
+ARENA=${ARENA:-}
 BIN=${BIN:-target/release/edgevlm}
 SERVER=target/release/examples/rtsp_test_server
 [ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server
@@ -48,6 +51,7 @@ release_memory_secs = $RELEASE
 metrics_listen = "127.0.0.1:$METRICS_PORT"
 [engine]
 model_dir = "$(pwd)/engines/scenes/model"
+${ARENA:+cpu_arena = \"$ARENA\"}
 [mqtt]
 listen = "127.0.0.1:$MQTT_PORT"
 EOF

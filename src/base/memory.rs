@@ -1,7 +1,8 @@
 //! Giving back to the system the memory the C allocator holds free.
 //!
-//! ONNX Runtime's decoder and embedder allocate their working buffers and the KV caches they
-//! return through the C allocator (no arena: `engine/cpu.rs`). glibc's malloc keeps freed memory in
+//! The KV caches ONNX Runtime returns, GStreamer's buffers, the broker's logs and every Rust
+//! allocation go through the C allocator (and the decoder's working buffers too under
+//! `engine.cpu_arena = "vision"`: `engine/cpu.rs`). glibc's malloc keeps freed memory in
 //! per-thread arenas for reuse and returns to the system only what is free at the top of a heap,
 //! so with a dozen threads (cameras, questions, ONNX Runtime's pool) resident memory stays well
 //! above what is in use: in the 2-hour soak (docs/RELIABILITY.md, "Memory over a long run"),

@@ -98,6 +98,8 @@ pub struct EngineConfig {
     pub vision_batch_wait_ms: Option<u32>,
     /// Most tokens per decoder run while prefilling.
     pub prefill_chunk_tokens: u32,
+    /// Which CPU sessions keep ONNX Runtime's arena allocator and memory patterns (`cpu_arena`).
+    pub cpu_arena: CpuArena,
     /// `[engine.tensorrt]`.
     pub tensorrt: TensorRtSettings,
     /// Memory of the device that holds the KV caches, in MiB, for the memory plan; `None` reads it
@@ -120,6 +122,7 @@ impl Default for EngineConfig {
             vision_batch_frames: 4,
             vision_batch_wait_ms: None,
             prefill_chunk_tokens: 512,
+            cpu_arena: CpuArena::default(),
             tensorrt: TensorRtSettings::default(),
             device_memory_mib: None,
         }
@@ -138,6 +141,18 @@ impl EngineConfig {
         });
         std::time::Duration::from_millis(u64::from(ms))
     }
+}
+
+/// Which sessions on the CPU use ONNX Runtime's arena allocator and memory patterns
+/// (`engine.cpu_arena`; docs/RELIABILITY.md, "Memory over a long run").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CpuArena {
+    /// Only sessions whose shapes do not vary (the vision encoder); the decoder and embedder
+    /// allocate from the system allocator run by run (`"vision"`).
+    FixedShapes,
+    /// Every session, as ONNX Runtime does by default (`"all"`).
+    #[default]
+    All,
 }
 
 /// Decodes `[engine]`. Relative paths are relative to the file's directory, like every path of
@@ -174,6 +189,12 @@ pub(crate) fn decode_engine(
         8192,
         sink,
     );
+    let cpu_arena = f.choice(
+        "cpu_arena",
+        &[("all", CpuArena::All), ("vision", CpuArena::FixedShapes)],
+        d.cpu_arena,
+        sink,
+    );
     let device_memory_mib: Option<u32> = f.opt("device_memory_mib", sink);
     if let Some(mib) = device_memory_mib {
         range(&f, "device_memory_mib", mib, 64, 1 << 24, sink);
@@ -195,6 +216,7 @@ pub(crate) fn decode_engine(
         vision_batch_frames,
         vision_batch_wait_ms,
         prefill_chunk_tokens,
+        cpu_arena,
         tensorrt,
         device_memory_mib,
     }
@@ -325,12 +347,13 @@ mod tests {
     #[test]
     fn engine_keys_are_checked_with_their_paths() {
         let errs = errors(
-            "[engine]\nprovider = \"gpu\"\nthreads = 1000\nmodel_dri = \"x\"\n\
+            "[engine]\nprovider = \"gpu\"\nthreads = 1000\nmodel_dri = \"x\"\ncpu_arena = \"some\"\n\
              [engine.tensorrt]\nbuilder_optimization_level = 9\ndla_core = 2\n",
         );
         for e in [
             "engine.provider: unknown provider `gpu` (expected cpu, cuda or tensorrt)",
             "engine.threads: must be between 0 and 256, got 1000",
+            "engine.cpu_arena: expected \"all\" or \"vision\", got \"some\"",
             "engine.model_dri: unknown key; did you mean `model_dir`?",
             "engine.tensorrt.builder_optimization_level: must be between 0 and 5, got 9",
             "engine.tensorrt.dla_core: must be between 0 and 1, got 2",
@@ -340,6 +363,14 @@ mod tests {
                 "missing `{e}` in {errs:#?}"
             );
         }
+    }
+
+    #[test]
+    fn the_cpu_arena_is_every_sessions_unless_told_vision() {
+        let c = Config::parse(CAM, None).unwrap();
+        assert_eq!(c.engine.cpu_arena, super::CpuArena::All);
+        let c = Config::parse(&format!("[engine]\ncpu_arena = \"vision\"\n{CAM}"), None).unwrap();
+        assert_eq!(c.engine.cpu_arena, super::CpuArena::FixedShapes);
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod tokenizer;
 mod vision;
 mod warm;
 
-pub use crate::config::{ProviderKind, TensorRtSettings};
+pub use crate::config::{CpuArena, ProviderKind, TensorRtSettings};
 pub use error::{EngineError, ErrorKind};
 pub use manifest::{
     ChatTemplate, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec, Resample,
@@ -63,17 +63,6 @@ pub struct EngineOptions {
     pub geometries: Vec<Geometry>,
     /// Which CPU sessions keep ONNX Runtime's arena allocator (`engine/cpu.rs`).
     pub cpu_arena: CpuArena,
-}
-
-/// Which sessions on the CPU use ONNX Runtime's arena allocator and memory patterns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum CpuArena {
-    /// Only sessions whose shapes do not vary (the vision encoder): the runtime's choice, so that
-    /// resident memory does not creep with cache lengths (docs/RELIABILITY.md).
-    #[default]
-    FixedShapes,
-    /// Every session, as ONNX Runtime does by default: kept for the bench that compares the two.
-    All,
 }
 
 impl EngineOptions {
@@ -115,7 +104,7 @@ impl EngineOptions {
             engine: config.engine.clone(),
             state_dir: config.runtime.state_dir.clone(),
             geometries,
-            cpu_arena: CpuArena::default(),
+            cpu_arena: config.engine.cpu_arena,
         }
     }
 
