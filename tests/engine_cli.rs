@@ -114,7 +114,9 @@ fn onnx_runtime_writes_no_telemetry_unless_the_user_turns_it_on() {
     // The PyPI wheel's library writes a device id and a telemetry store under
     // $XDG_CACHE_HOME/Microsoft (else $HOME/.cache/Microsoft) when ORT_DISABLE_TELEMETRY
     // is not set; edgevlm sets it. Both variables are the test's own: a machine that
-    // sets XDG_CACHE_HOME (CI does) would otherwise send the files elsewhere.
+    // sets XDG_CACHE_HOME (CI does) would otherwise send the files elsewhere. The library
+    // also stays quiet on its own when it sees a CI service's variable (its list, read off
+    // libonnxruntime.so 1.32, is below), so the control clears them: a CI machine sets `CI`.
     let dir = engine_common::tiny_dir();
     let telemetry = |home: &std::path::Path, env: Option<&str>| {
         let _ = std::fs::remove_dir_all(home);
@@ -123,6 +125,23 @@ fn onnx_runtime_writes_no_telemetry_unless_the_user_turns_it_on() {
         c.env("HOME", home)
             .env("XDG_CACHE_HOME", home.join("cache"))
             .env_remove("ORT_DISABLE_TELEMETRY");
+        for quiet in [
+            "CI",
+            "ORT_RUNNING_UNIT_TESTS",
+            "TF_BUILD",
+            "GITHUB_ACTIONS",
+            "GITLAB_CI",
+            "CIRCLECI",
+            "TRAVIS",
+            "JENKINS_URL",
+            "CODEBUILD_BUILD_ID",
+            "BUILDKITE",
+            "TEAMCITY_VERSION",
+            "APPVEYOR",
+            "BITBUCKET_BUILD_NUMBER",
+        ] {
+            c.env_remove(quiet);
+        }
         if let Some(v) = env {
             c.env("ORT_DISABLE_TELEMETRY", v);
         }
