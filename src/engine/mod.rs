@@ -166,6 +166,7 @@ impl Engines {
                 kind,
                 arena: kind == ProviderKind::Cpu
                     && (opts.cpu_arena == CpuArena::All || role == ModelRole::VisionEncoder),
+                memory_pattern: role == ModelRole::VisionEncoder,
                 device_id: e.device_id as i32,
                 tensorrt: &e.tensorrt,
                 cache_dir: &cache_dir,

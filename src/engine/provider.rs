@@ -62,8 +62,11 @@ impl ModelRole {
 pub(crate) struct SessionPlan<'a> {
     pub role: ModelRole,
     pub kind: ProviderKind,
-    /// CPU only: whether the session keeps ONNX Runtime's arena allocator and memory patterns.
+    /// CPU only: whether the session keeps ONNX Runtime's arena allocator.
     pub arena: bool,
+    /// Whether ONNX Runtime caches a memory pattern per input shape: only for the vision
+    /// encoder, whose shapes are fixed per camera geometry (`engine/session.rs`).
+    pub memory_pattern: bool,
     pub device_id: i32,
     /// TensorRT build options (TensorRT only).
     #[cfg_attr(not(feature = "ort-tensorrt"), allow(dead_code))]

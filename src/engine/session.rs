@@ -44,7 +44,12 @@ pub(crate) fn open(
                 reason: e.to_string(),
             })?;
     let mut builder = provider::register(builder, plan, file)?;
-    if plan.kind == crate::config::ProviderKind::Cpu && !plan.arena {
+    // A memory pattern is cached per set of input shapes and never evicted, and each run with a
+    // pattern takes one block of the pattern's size from the arena: with the decoder's and the
+    // embedder's shapes (cache length, prompt length) changing run by run, the cache grows with
+    // every new length and the blocks of every size fragment the arena (docs/RELIABILITY.md,
+    // "Memory over a long run"). The vision encoder's shapes are fixed per camera geometry.
+    if !plan.memory_pattern || (plan.kind == crate::config::ProviderKind::Cpu && !plan.arena) {
         builder = builder
             .with_memory_pattern(false)
             .map_err(|e| EngineError::Environment {
