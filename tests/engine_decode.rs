@@ -444,7 +444,7 @@ fn runs_at_ever_new_lengths_do_not_grow_memory_once_the_largest_has_run() {
         pairs.swap(i, (x % (i as u64 + 1)) as usize);
     }
     let (first, second) = pairs.split_at(pairs.len() / 2);
-    let mut walk = |pairs: &[(usize, usize)]| {
+    let walk = |pairs: &[(usize, usize)]| {
         for &(c, s) in pairs {
             drop(run(&caches[c], s));
         }
