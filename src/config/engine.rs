@@ -98,7 +98,7 @@ pub struct EngineConfig {
     pub vision_batch_wait_ms: Option<u32>,
     /// Most tokens per decoder run while prefilling.
     pub prefill_chunk_tokens: u32,
-    /// Which CPU sessions keep ONNX Runtime's arena allocator and memory patterns (`cpu_arena`).
+    /// Which CPU sessions keep ONNX Runtime's arena allocator (`cpu_arena`).
     pub cpu_arena: CpuArena,
     /// `[engine.tensorrt]`.
     pub tensorrt: TensorRtSettings,
@@ -143,7 +143,7 @@ impl EngineConfig {
     }
 }
 
-/// Which sessions on the CPU use ONNX Runtime's arena allocator and memory patterns
+/// Which sessions on the CPU use ONNX Runtime's arena allocator
 /// (`engine.cpu_arena`; docs/RELIABILITY.md, "Memory over a long run").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CpuArena {

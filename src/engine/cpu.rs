@@ -8,13 +8,14 @@ use std::path::Path;
 /// Registers the CPU provider, with ONNX Runtime's arena allocator when `arena` is set: by default
 /// on every session (`engine.cpu_arena = "all"`), or only for the vision encoder (`"vision"`).
 ///
-/// The arena keeps the largest buffers any run has needed and never gives them back; memory
-/// patterns are cached per input shape. The vision encoder's shapes are fixed per camera
-/// geometry, so its arena reaches its size on the first run and stays there. The decoder's and the
-/// embedder's shapes follow the cache length and the prompt, so their arena's high mark creeps up
-/// as caches reach lengths they had not reached before (bounded by the longest cache). Without it
-/// their buffers come from the system allocator run by run, which in the 2-hour soaks held more
-/// resident memory and grew faster, not slower (docs/RELIABILITY.md, "Memory over a long run").
+/// The arena keeps the buffers runs have needed and reuses them; it grows when a run needs more
+/// than it holds free, so its high mark is set by the largest run (for the decoder: the longest
+/// cache with the largest prefill chunk, which the memory plan bounds). Memory patterns, which
+/// ONNX Runtime caches per set of input shapes and never evicts, are off for the decoder and the
+/// embedder, whose shapes change run by run (`engine/session.rs`): with them resident memory grew
+/// with every new cache length. Without the arena the decoder's buffers come from the system
+/// allocator run by run, which in the 2-hour soaks held more resident memory and grew faster, not
+/// slower (docs/RELIABILITY.md, "Memory over a long run").
 pub(crate) fn register(
     builder: ort::session::builder::SessionBuilder,
     arena: bool,
