@@ -81,7 +81,7 @@ pids+=("$top")
 pid=$top
 if [ -n "$WRAP" ]; then
   for _ in $(seq 1 100); do
-    child=$(pgrep -P "$top" -x edgevlm || true)
+    child=$(pgrep -P "$top" -f -- "$BIN" || true)
     [ -n "$child" ] && { pid=$child; break; }
     sleep 0.1
   done
