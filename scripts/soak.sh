@@ -25,7 +25,9 @@ OUT=${OUT:-target/soak}
 WRAP=${WRAP:-}
 RELEASE=${RELEASE:-60}
 # ARENA: engine.cpu_arena ("all" or "vision"); empty: the default.
+# PATTERNS: engine.memory_patterns ("all" or "vision"); empty: the default.
 ARENA=${ARENA:-}
+PATTERNS=${PATTERNS:-}
 BIN=${BIN:-target/release/edgevlm}
 SERVER=target/release/examples/rtsp_test_server
 [ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server
@@ -52,6 +54,7 @@ metrics_listen = "127.0.0.1:$METRICS_PORT"
 [engine]
 model_dir = "$(pwd)/engines/scenes/model"
 ${ARENA:+cpu_arena = \"$ARENA\"}
+${PATTERNS:+memory_patterns = \"$PATTERNS\"}
 [mqtt]
 listen = "127.0.0.1:$MQTT_PORT"
 EOF

@@ -100,6 +100,8 @@ pub struct EngineConfig {
     pub prefill_chunk_tokens: u32,
     /// Which CPU sessions keep ONNX Runtime's arena allocator (`cpu_arena`).
     pub cpu_arena: CpuArena,
+    /// Which sessions let ONNX Runtime cache memory patterns (`memory_patterns`).
+    pub memory_patterns: MemoryPatterns,
     /// `[engine.tensorrt]`.
     pub tensorrt: TensorRtSettings,
     /// Memory of the device that holds the KV caches, in MiB, for the memory plan; `None` reads it
@@ -123,6 +125,7 @@ impl Default for EngineConfig {
             vision_batch_wait_ms: None,
             prefill_chunk_tokens: 512,
             cpu_arena: CpuArena::default(),
+            memory_patterns: MemoryPatterns::default(),
             tensorrt: TensorRtSettings::default(),
             device_memory_mib: None,
         }
@@ -149,6 +152,18 @@ impl EngineConfig {
 pub enum CpuArena {
     /// Only sessions whose shapes do not vary (the vision encoder); the decoder and embedder
     /// allocate from the system allocator run by run (`"vision"`).
+    FixedShapes,
+    /// Every session, as ONNX Runtime does by default (`"all"`).
+    #[default]
+    All,
+}
+
+/// Which sessions let ONNX Runtime plan their buffers once per set of input shapes and keep the
+/// plan (memory patterns; `engine.memory_patterns`; docs/RELIABILITY.md, "Memory over a long run").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MemoryPatterns {
+    /// Only the vision encoder, whose shapes are fixed per camera geometry; the decoder and the
+    /// embedder, whose shapes change run by run, keep no plans (`"vision"`).
     FixedShapes,
     /// Every session, as ONNX Runtime does by default (`"all"`).
     #[default]
@@ -195,6 +210,15 @@ pub(crate) fn decode_engine(
         d.cpu_arena,
         sink,
     );
+    let memory_patterns = f.choice(
+        "memory_patterns",
+        &[
+            ("all", MemoryPatterns::All),
+            ("vision", MemoryPatterns::FixedShapes),
+        ],
+        d.memory_patterns,
+        sink,
+    );
     let device_memory_mib: Option<u32> = f.opt("device_memory_mib", sink);
     if let Some(mib) = device_memory_mib {
         range(&f, "device_memory_mib", mib, 64, 1 << 24, sink);
@@ -217,6 +241,7 @@ pub(crate) fn decode_engine(
         vision_batch_wait_ms,
         prefill_chunk_tokens,
         cpu_arena,
+        memory_patterns,
         tensorrt,
         device_memory_mib,
     }
@@ -371,6 +396,28 @@ mod tests {
         assert_eq!(c.engine.cpu_arena, super::CpuArena::All);
         let c = Config::parse(&format!("[engine]\ncpu_arena = \"vision\"\n{CAM}"), None).unwrap();
         assert_eq!(c.engine.cpu_arena, super::CpuArena::FixedShapes);
+    }
+
+    #[test]
+    fn memory_patterns_are_every_sessions_unless_told_vision() {
+        let c = Config::parse(CAM, None).unwrap();
+        assert_eq!(c.engine.memory_patterns, super::MemoryPatterns::All);
+        let c = Config::parse(
+            &format!("[engine]\nmemory_patterns = \"vision\"\n{CAM}"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.engine.memory_patterns, super::MemoryPatterns::FixedShapes);
+        let e = Config::parse(
+            &format!("[engine]\nmemory_patterns = \"none\"\n{CAM}"),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("engine.memory_patterns: expected \"all\" or \"vision\", got \"none\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,12 +10,11 @@ use std::path::Path;
 ///
 /// The arena keeps the buffers runs have needed and reuses them; it grows when a run needs more
 /// than it holds free, so its high mark is set by the largest run (for the decoder: the longest
-/// cache with the largest prefill chunk, which the memory plan bounds). Memory patterns, which
-/// ONNX Runtime caches per set of input shapes and never evicts, are off for the decoder and the
-/// embedder, whose shapes change run by run (`engine/session.rs`): with them resident memory grew
-/// with every new cache length. Without the arena the decoder's buffers come from the system
-/// allocator run by run, which in the 2-hour soaks held more resident memory and grew faster, not
-/// slower (docs/RELIABILITY.md, "Memory over a long run").
+/// cache with the largest prefill chunk, which the memory plan bounds), and by how the KV caches
+/// alive at once fragment it. Memory patterns (`engine.memory_patterns`, `engine/session.rs`) are
+/// cached per set of input shapes and never evicted. Without the arena the decoder's buffers come
+/// from the system allocator run by run, which in the 2-hour soaks held more resident memory and
+/// grew faster, not slower (docs/RELIABILITY.md, "Memory over a long run").
 pub(crate) fn register(
     builder: ort::session::builder::SessionBuilder,
     arena: bool,

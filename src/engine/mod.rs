@@ -24,7 +24,7 @@ mod tokenizer;
 mod vision;
 mod warm;
 
-pub use crate::config::{CpuArena, ProviderKind, TensorRtSettings};
+pub use crate::config::{CpuArena, MemoryPatterns, ProviderKind, TensorRtSettings};
 pub use error::{EngineError, ErrorKind};
 pub use manifest::{
     ChatTemplate, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec, Resample,
@@ -166,7 +166,8 @@ impl Engines {
                 kind,
                 arena: kind == ProviderKind::Cpu
                     && (opts.cpu_arena == CpuArena::All || role == ModelRole::VisionEncoder),
-                memory_pattern: role == ModelRole::VisionEncoder,
+                memory_pattern: e.memory_patterns == MemoryPatterns::All
+                    || role == ModelRole::VisionEncoder,
                 device_id: e.device_id as i32,
                 tensorrt: &e.tensorrt,
                 cache_dir: &cache_dir,

@@ -64,8 +64,8 @@ pub(crate) struct SessionPlan<'a> {
     pub kind: ProviderKind,
     /// CPU only: whether the session keeps ONNX Runtime's arena allocator.
     pub arena: bool,
-    /// Whether ONNX Runtime caches a memory pattern per input shape: only for the vision
-    /// encoder, whose shapes are fixed per camera geometry (`engine/session.rs`).
+    /// Whether ONNX Runtime caches a memory pattern per set of input shapes
+    /// (`engine.memory_patterns`; `engine/session.rs`).
     pub memory_pattern: bool,
     pub device_id: i32,
     /// TensorRT build options (TensorRT only).

@@ -44,11 +44,11 @@ pub(crate) fn open(
                 reason: e.to_string(),
             })?;
     let mut builder = provider::register(builder, plan, file)?;
-    // A memory pattern is cached per set of input shapes and never evicted, and each run with a
-    // pattern takes one block of the pattern's size from the arena: with the decoder's and the
-    // embedder's shapes (cache length, prompt length) changing run by run, the cache grows with
-    // every new length and the blocks of every size fragment the arena (docs/RELIABILITY.md,
-    // "Memory over a long run"). The vision encoder's shapes are fixed per camera geometry.
+    // A memory pattern is cached per set of input shapes and never evicted, and a run with one
+    // takes its buffers as one block of the pattern's size: with the decoder's shapes changing
+    // run by run the cache grows with every new length; without patterns the buffers come from
+    // the arena tensor by tensor (`engine.memory_patterns`; docs/RELIABILITY.md, "Memory over a
+    // long run", measures both).
     if !plan.memory_pattern || (plan.kind == crate::config::ProviderKind::Cpu && !plan.arena) {
         builder = builder
             .with_memory_pattern(false)
