@@ -40,7 +40,7 @@ fn generator_of(model: &str, arena: CpuArena) -> Generator {
         "run scripts/setup.sh first (it generates engines/tiny/model)"
     );
     let mut opts = EngineOptions::cpu(&dir);
-    opts.cpu_arena = arena;
+    opts.engine.cpu_arena = arena;
     opts.engine.threads = (common::threads()) as u32;
     opts.engine.prefill_chunk_tokens = 512;
     Generator::new(Arc::new(Engines::load(&opts).expect("load the tiny model")))

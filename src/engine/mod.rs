@@ -61,8 +61,6 @@ pub struct EngineOptions {
     pub state_dir: PathBuf,
     /// Camera geometries the vision encoder must serve (TensorRT profiles).
     pub geometries: Vec<Geometry>,
-    /// Which CPU sessions keep ONNX Runtime's arena allocator (`engine/cpu.rs`).
-    pub cpu_arena: CpuArena,
 }
 
 impl EngineOptions {
@@ -75,7 +73,6 @@ impl EngineOptions {
             },
             state_dir: PathBuf::from("state"),
             geometries: Vec::new(),
-            cpu_arena: CpuArena::default(),
         }
     }
 
@@ -104,7 +101,6 @@ impl EngineOptions {
             engine: config.engine.clone(),
             state_dir: config.runtime.state_dir.clone(),
             geometries,
-            cpu_arena: config.engine.cpu_arena,
         }
     }
 
@@ -161,13 +157,16 @@ impl Engines {
                 ModelRole::EmbedTokens => tensorrt::embed_profile(&manifest, chunk),
                 ModelRole::Decoder => tensorrt::decoder_profile(&manifest, chunk),
             });
+            let arena = kind == ProviderKind::Cpu
+                && (e.cpu_arena == CpuArena::All || role == ModelRole::VisionEncoder);
             Ok(SessionPlan {
                 role,
                 kind,
-                arena: kind == ProviderKind::Cpu
-                    && (opts.cpu_arena == CpuArena::All || role == ModelRole::VisionEncoder),
-                memory_pattern: e.memory_patterns == MemoryPatterns::All
-                    || role == ModelRole::VisionEncoder,
+                arena,
+                // Without the arena a memory pattern has nothing to plan in.
+                memory_pattern: (arena || kind != ProviderKind::Cpu)
+                    && (e.memory_patterns == MemoryPatterns::All
+                        || role == ModelRole::VisionEncoder),
                 device_id: e.device_id as i32,
                 tensorrt: &e.tensorrt,
                 cache_dir: &cache_dir,

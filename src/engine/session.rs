@@ -49,7 +49,7 @@ pub(crate) fn open(
     // run by run the cache grows with every new length; without patterns the buffers come from
     // the arena tensor by tensor (`engine.memory_patterns`; docs/RELIABILITY.md, "Memory over a
     // long run", measures both).
-    if !plan.memory_pattern || (plan.kind == crate::config::ProviderKind::Cpu && !plan.arena) {
+    if !plan.memory_pattern {
         builder = builder
             .with_memory_pattern(false)
             .map_err(|e| EngineError::Environment {
