@@ -18,11 +18,15 @@
 //!   runtime's) and only on the vision encoder (`fixed_shapes`, `engine.cpu_arena = "vision"`),
 //!   both loaded in the same run
 //!   (docs/RELIABILITY.md, "Where the slow growth was").
+//! - `cache_memory/{model}/{pool,onnxruntime}/...`: the same work with the decoder's KV caches in
+//!   the runtime's pool (`engine.cache_memory = "pool"`, the default) and in ONNX Runtime's arena,
+//!   both loaded in the same run (docs/RELIABILITY.md, "Memory over a long run").
 
 mod common;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use edgevlm::engine::{CpuArena, EngineOptions, Engines, LogitRows};
+use edgevlm::config::EngineConfig;
+use edgevlm::engine::{CacheMemory, CpuArena, EngineOptions, Engines, LogitRows};
 use edgevlm::generate::{GenerateOptions, Generator, KvCache, Prompt};
 use std::hint::black_box;
 use std::path::Path;
@@ -30,17 +34,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn generator() -> Generator {
-    generator_of("engines/tiny/model", CpuArena::default())
+    generator_of("engines/tiny/model", |_| {})
 }
 
-fn generator_of(model: &str, arena: CpuArena) -> Generator {
+fn generator_of(model: &str, set: fn(&mut EngineConfig)) -> Generator {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(model);
     assert!(
         dir.join("manifest.toml").is_file(),
         "run scripts/setup.sh first (it generates engines/tiny/model)"
     );
     let mut opts = EngineOptions::cpu(&dir);
-    opts.engine.cpu_arena = arena;
+    set(&mut opts.engine);
     opts.engine.threads = (common::threads()) as u32;
     opts.engine.prefill_chunk_tokens = 512;
     Generator::new(Arc::new(Engines::load(&opts).expect("load the tiny model")))
@@ -134,22 +138,35 @@ fn bench(c: &mut Criterion) {
     group.bench_function("cache_2048", |b| b.iter(|| black_box(big.fork())));
     group.finish();
 
-    arena(c);
+    compare(
+        c,
+        "cpu_arena",
+        &[
+            ("all", |e| e.cpu_arena = CpuArena::All),
+            ("fixed_shapes", |e| e.cpu_arena = CpuArena::FixedShapes),
+        ],
+    );
+    compare(
+        c,
+        "cache_memory",
+        &[
+            ("pool", |e| e.cache_memory = CacheMemory::Pool),
+            ("onnxruntime", |e| e.cache_memory = CacheMemory::OnnxRuntime),
+        ],
+    );
 }
 
-/// The same work with the arena on every session and only on the vision encoder.
-fn arena(c: &mut Criterion) {
+/// Prefill, a decode step and a generation under each of `variants` of the engine settings.
+type Variant = (&'static str, fn(&mut EngineConfig));
+fn compare(c: &mut Criterion, what: &str, variants: &[Variant]) {
     let dev = common::device();
     for (name, model) in [
         ("tiny", "engines/tiny/model"),
         ("scenes", "engines/scenes/model"),
     ] {
-        let mut group = c.benchmark_group(format!("{dev}/cpu_arena/{name}"));
-        for (label, arena) in [
-            ("all", CpuArena::All),
-            ("fixed_shapes", CpuArena::FixedShapes),
-        ] {
-            let g = generator_of(model, arena);
+        let mut group = c.benchmark_group(format!("{dev}/{what}/{name}"));
+        for &(label, set) in variants {
+            let g = generator_of(model, set);
             let ids: Vec<u32> = (0..256u32).map(|i| (i * 7919) % 200).collect();
             let empty = g.empty_cache().unwrap();
             group.bench_function(format!("{label}/prefill_256"), |b| {

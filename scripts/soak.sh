@@ -7,6 +7,7 @@
 #   WRAP="heaptrack -o target/soak/heap" STOP=KILL MINUTES=20 scripts/soak.sh    (a heap profile)
 #   RELEASE=0 OUT=target/soak-keep scripts/soak.sh     (runtime.release_memory_secs, 60 by default)
 #   ARENA=vision OUT=target/soak-vision scripts/soak.sh  (engine.cpu_arena)
+#   CACHE=onnxruntime OUT=target/soak-ort scripts/soak.sh  (engine.cache_memory)
 # Writes target/soak/{config.toml,run.log,rss.csv,rss-5s.csv,report.md}; prints the report. Bounded: it stops
 # after MINUTES minutes and asks at most FILL + MINUTES*60/ASK_EVERY questions.
 # FILL: questions sent at once at the start, to a camera that does not exist (each answered
@@ -26,8 +27,10 @@ WRAP=${WRAP:-}
 RELEASE=${RELEASE:-60}
 # ARENA: engine.cpu_arena ("all" or "vision"); empty: the default.
 # PATTERNS: engine.memory_patterns ("all" or "vision"); empty: the default.
+# CACHE: engine.cache_memory ("pool" or "onnxruntime"); empty: the default.
 ARENA=${ARENA:-}
 PATTERNS=${PATTERNS:-}
+CACHE=${CACHE:-}
 BIN=${BIN:-target/release/edgevlm}
 SERVER=target/release/examples/rtsp_test_server
 [ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server
@@ -55,6 +58,7 @@ metrics_listen = "127.0.0.1:$METRICS_PORT"
 model_dir = "$(pwd)/engines/scenes/model"
 ${ARENA:+cpu_arena = \"$ARENA\"}
 ${PATTERNS:+memory_patterns = \"$PATTERNS\"}
+${CACHE:+cache_memory = \"$CACHE\"}
 [mqtt]
 listen = "127.0.0.1:$MQTT_PORT"
 EOF

@@ -472,3 +472,79 @@ fn memory_patterns_grow_memory_with_every_new_length_and_the_decoder_can_run_wit
         "without memory patterns {runs} runs at new lengths grew resident memory by {without} KiB"
     );
 }
+
+#[test]
+fn caches_come_from_the_pool_a_generation_reuses_its_blocks_and_dropped_caches_go_back_to_the_system()
+ {
+    // On the CPU provider the decoder writes each new cache into a block of its own pool, not into
+    // ONNX Runtime's arena (docs/RELIABILITY.md, "Memory over a long run").
+    let engines = Engines::load(&engine_common::options(&engine_common::tiny_dir())).unwrap();
+    let d = engines.decoder();
+    let pool = || {
+        d.cache_pool()
+            .expect("the CPU provider's caches are pooled")
+    };
+    let hidden = d.hidden();
+    let run = |past: &edgevlm::engine::PastKv, s: usize| {
+        let positions: Vec<i64> = (past.len()..past.len() + s).map(|p| p as i64).collect();
+        d.forward(
+            past,
+            &vec![0.01f32; s * hidden],
+            &positions,
+            LogitRows::Last,
+        )
+        .unwrap()
+        .present
+    };
+    let start = pool();
+    let long = d.max_context() / 2;
+    let base = run(&d.empty_cache().unwrap(), long);
+    let held = pool().live_bytes - start.live_bytes;
+    assert!(
+        held >= base.bytes(),
+        "a cache of {} bytes holds {held} bytes of the pool",
+        base.bytes()
+    );
+
+    // A generation: one position at a time. Each step's new cache takes the block the step
+    // before last gave back, so the pool maps a handful of blocks, not one per token.
+    let steps = 2 * edgevlm::engine::CACHE_GRAIN;
+    let mut cache = run(&base, 1);
+    for _ in 1..steps {
+        cache = run(&cache, 1);
+        let s = pool();
+        assert!(
+            s.idle_bytes <= s.live_bytes + 2 * s.largest_bytes,
+            "the pool keeps more idle than its bound: {s:?}"
+        );
+    }
+    let s = pool();
+    let mapped = s.mapped - start.mapped - 1;
+    assert!(
+        mapped <= 6,
+        "{steps} decode steps mapped {mapped} new blocks: blocks are not reused ({s:?})"
+    );
+    assert!(s.reused - start.reused >= steps as u64 - 6, "{s:?}");
+
+    drop(cache);
+    drop(base);
+    let s = pool();
+    assert_eq!(s.live_bytes, start.live_bytes, "{s:?}");
+    assert!(s.idle_bytes <= 2 * s.largest_bytes, "{s:?}");
+
+    // Eight caches held at once, then dropped: beyond two of the largest blocks, their memory goes
+    // back to the system at once.
+    let empty = d.empty_cache().unwrap();
+    let caches: Vec<_> = (0..8).map(|k| run(&empty, long - k)).collect();
+    let held = pool().live_bytes - start.live_bytes;
+    let before = edgevlm::base::memory::resident_bytes().unwrap();
+    drop(caches);
+    let after = edgevlm::base::memory::resident_bytes().unwrap();
+    let s = pool();
+    assert!(s.idle_bytes <= 2 * s.largest_bytes, "{s:?}");
+    assert!(
+        before.saturating_sub(after) >= held as u64 / 2,
+        "dropping {held} bytes of caches gave back only {} bytes of resident memory",
+        before.saturating_sub(after)
+    );
+}

@@ -102,6 +102,8 @@ pub struct EngineConfig {
     pub cpu_arena: CpuArena,
     /// Which sessions let ONNX Runtime cache memory patterns (`memory_patterns`).
     pub memory_patterns: MemoryPatterns,
+    /// Where the CPU decoder's KV caches live (`cache_memory`).
+    pub cache_memory: CacheMemory,
     /// `[engine.tensorrt]`.
     pub tensorrt: TensorRtSettings,
     /// Memory of the device that holds the KV caches, in MiB, for the memory plan; `None` reads it
@@ -126,6 +128,7 @@ impl Default for EngineConfig {
             prefill_chunk_tokens: 512,
             cpu_arena: CpuArena::default(),
             memory_patterns: MemoryPatterns::default(),
+            cache_memory: CacheMemory::default(),
             tensorrt: TensorRtSettings::default(),
             device_memory_mib: None,
         }
@@ -168,6 +171,17 @@ pub enum MemoryPatterns {
     /// Every session, as ONNX Runtime does by default (`"all"`).
     #[default]
     All,
+}
+
+/// Where the CPU decoder's KV caches live (`engine.cache_memory`; docs/RELIABILITY.md, "Memory
+/// over a long run"). A GPU provider's caches always live in its own device memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CacheMemory {
+    /// The runtime's pool of mappings, outside ONNX Runtime's arena (`"pool"`).
+    #[default]
+    Pool,
+    /// ONNX Runtime's arena, between each run's own buffers (`"onnxruntime"`).
+    OnnxRuntime,
 }
 
 /// Decodes `[engine]`. Relative paths are relative to the file's directory, like every path of
@@ -219,6 +233,15 @@ pub(crate) fn decode_engine(
         d.memory_patterns,
         sink,
     );
+    let cache_memory = f.choice(
+        "cache_memory",
+        &[
+            ("pool", CacheMemory::Pool),
+            ("onnxruntime", CacheMemory::OnnxRuntime),
+        ],
+        d.cache_memory,
+        sink,
+    );
     let device_memory_mib: Option<u32> = f.opt("device_memory_mib", sink);
     if let Some(mib) = device_memory_mib {
         range(&f, "device_memory_mib", mib, 64, 1 << 24, sink);
@@ -242,6 +265,7 @@ pub(crate) fn decode_engine(
         prefill_chunk_tokens,
         cpu_arena,
         memory_patterns,
+        cache_memory,
         tensorrt,
         device_memory_mib,
     }
@@ -416,6 +440,25 @@ mod tests {
         .to_string();
         assert!(
             e.contains("engine.memory_patterns: expected \"all\" or \"vision\", got \"none\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn caches_live_in_the_pool_unless_told_onnxruntime() {
+        let c = Config::parse(CAM, None).unwrap();
+        assert_eq!(c.engine.cache_memory, super::CacheMemory::Pool);
+        let c = Config::parse(
+            &format!("[engine]\ncache_memory = \"onnxruntime\"\n{CAM}"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.engine.cache_memory, super::CacheMemory::OnnxRuntime);
+        let e = Config::parse(&format!("[engine]\ncache_memory = \"arena\"\n{CAM}"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("engine.cache_memory: expected \"pool\" or \"onnxruntime\", got \"arena\""),
             "{e}"
         );
     }

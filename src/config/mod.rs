@@ -14,7 +14,9 @@ mod source;
 mod watch;
 
 pub use decode::{ConfigError, ConfigErrors};
-pub use engine::{CpuArena, EngineConfig, MemoryPatterns, ProviderKind, TensorRtSettings};
+pub use engine::{
+    CacheMemory, CpuArena, EngineConfig, MemoryPatterns, ProviderKind, TensorRtSettings,
+};
 pub use home_assistant::HomeAssistantConfig;
 pub use http::HttpConfig;
 pub use mqtt::{

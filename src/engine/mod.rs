@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+mod cache_pool;
 mod contract;
 mod cpu;
 mod cuda;
@@ -24,7 +25,8 @@ mod tokenizer;
 mod vision;
 mod warm;
 
-pub use crate::config::{CpuArena, MemoryPatterns, ProviderKind, TensorRtSettings};
+pub use crate::config::{CacheMemory, CpuArena, MemoryPatterns, ProviderKind, TensorRtSettings};
+pub use cache_pool::{CachePoolStats, GRAIN as CACHE_GRAIN};
 pub use error::{EngineError, ErrorKind};
 pub use manifest::{
     ChatTemplate, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec, Resample,
@@ -210,6 +212,7 @@ impl Engines {
             &manifest,
             decoder_provider,
             e.device_id as i32,
+            e.cache_memory,
             stats.clone(),
         )?;
         let load_time = started.elapsed();

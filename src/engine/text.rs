@@ -1,20 +1,26 @@
 //! The token embedding and the decoder with its KV cache tensors.
 //!
 //! The decoder's `present.*` outputs of one call are the `past_key_values.*` inputs of the next,
-//! passed as the very ONNX Runtime values it returned: no copy on our side, and with `IoBinding` the
-//! cache is allocated where the provider computes (GPU memory for CUDA/TensorRT), so it never
-//! crosses to the host between tokens; only the logits do. The graph still concatenates past and new
-//! keys inside each call (the exported contract has no fixed-capacity cache to write into), which
-//! is the one copy per token left; docs/ENGINES.md says how a shared-buffer export would remove it.
+//! read in place: no copy on our side. On the CPU the decoder writes them into a block of its
+//! [`CachePool`] (outside ONNX Runtime's arena, so that the arena holds only each run's own
+//! buffers; `engine.cache_memory`, docs/RELIABILITY.md, "Memory over a long run"); on a GPU
+//! provider, with `IoBinding`, they are allocated where the provider computes, so the cache never
+//! crosses to the host between tokens; only the logits do. The graph still concatenates past and
+//! new keys inside each call (the exported contract has no fixed-capacity cache to write into),
+//! which is the one copy per token left; docs/ENGINES.md says how a shared-buffer export would
+//! remove it.
 
+use super::cache_pool::{CacheBlock, CachePool, CachePoolStats};
 use super::error::EngineError;
 use super::manifest::{Manifest, TextSpec};
 use super::provider;
 use super::stats::EngineStats;
-use crate::config::ProviderKind;
+use crate::config::{CacheMemory, ProviderKind};
+use ort::AsPointer;
 use ort::memory::MemoryInfo;
 use ort::session::{IoBinding, Session};
-use ort::value::{DynTensor, DynTensorValueType, Tensor};
+use ort::value::{DynTensor, DynTensorValueType, Shape, Tensor, TensorRefMut};
+use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -100,13 +106,24 @@ impl Embedder {
     }
 }
 
+/// Where a cache's tensors are.
+enum KvStore {
+    /// The CPU provider's: one block of the decoder's [`CachePool`], outside ONNX Runtime's arena.
+    Host(CacheBlock),
+    /// Another provider's: the decoder's own outputs, in the memory it computes in.
+    Device(Vec<DynTensor>),
+}
+
 /// The KV cache tensors of every layer after some number of positions.
 ///
 /// Immutable once made: a decoder call returns a new one and leaves its input untouched, which is
 /// what makes sharing one between a camera and its queries safe.
 pub struct PastKv {
     /// `k0, v0, k1, v1, …`, each `[1, kv_heads, len, head_dim]`.
-    values: Vec<DynTensor>,
+    store: KvStore,
+    tensors: usize,
+    kv_heads: usize,
+    head_dim: usize,
     len: usize,
     bytes_per_position: usize,
 }
@@ -117,7 +134,7 @@ impl std::fmt::Debug for PastKv {
             f,
             "PastKv {{ len: {}, layers: {}, bytes: {} }}",
             self.len,
-            self.values.len() / 2,
+            self.tensors / 2,
             self.bytes()
         )
     }
@@ -141,12 +158,18 @@ impl PastKv {
 
     /// Whether both hold the very same tensors (a fork that has not diverged).
     pub fn same_tensors(&self, other: &PastKv) -> bool {
-        self.values.len() == other.values.len()
-            && self
-                .values
-                .iter()
-                .zip(&other.values)
-                .all(|(a, b)| std::ptr::eq(a.data_ptr(), b.data_ptr()))
+        match (&self.store, &other.store) {
+            (KvStore::Host(a), KvStore::Host(b)) => {
+                self.len == other.len && std::ptr::eq(a.addr(), b.addr())
+            }
+            (KvStore::Device(a), KvStore::Device(b)) => {
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b)
+                        .all(|(a, b)| std::ptr::eq(a.data_ptr(), b.data_ptr()))
+            }
+            _ => false,
+        }
     }
 }
 
@@ -200,34 +223,40 @@ impl Rope {
     }
 }
 
-/// Appends `row` (one head's key) turned by `turn`: the pair `(i, i + d/2)` rotated by its angle.
-fn push_turned(row: &[f32], turn: &[(f32, f32)], out: &mut Vec<f32>) {
+/// Writes `row` (one head's key) turned by `turn` to `out`: the pair `(i, i + d/2)` rotated by
+/// its angle.
+fn turn_into(row: &[f32], turn: &[(f32, f32)], out: &mut [f32]) {
     let half = row.len() / 2;
-    let at = out.len();
-    out.extend_from_slice(row);
     for (i, &(c, s)) in turn.iter().enumerate() {
         let (x1, x2) = (row[i], row[i + half]);
-        out[at + i] = x1 * c - x2 * s;
-        out[at + i + half] = x2 * c + x1 * s;
+        out[i] = x1 * c - x2 * s;
+        out[i + half] = x2 * c + x1 * s;
     }
 }
 
 impl PastKv {
-    /// One cache tensor as host data `[heads, len, dim]`: `(heads, dim, data)`, its shape checked.
-    fn host_data<'a>(
-        &self,
-        value: &'a DynTensor,
-    ) -> Result<(usize, usize, &'a [f32]), EngineError> {
+    /// Cache tensor `j` as host data `[heads, len, dim]`, its shape checked for a device one.
+    fn host_data(&self, j: usize) -> Result<&[f32], EngineError> {
+        let value = match &self.store {
+            KvStore::Host(block) => return Ok(block.tensor(j, self.len)),
+            KvStore::Device(values) => &values[j],
+        };
         let (shape, data) = value
             .try_extract_tensor::<f32>()
             .map_err(|e| EngineError::run(DECODER, e))?;
         match **shape {
-            [1, h, l, d] if l as usize == self.len => Ok((h as usize, d as usize, data)),
+            [1, h, l, d]
+                if l as usize == self.len
+                    && h as usize == self.kv_heads
+                    && d as usize == self.head_dim =>
+            {
+                Ok(data)
+            }
             _ => Err(EngineError::run(
                 DECODER,
                 format!(
-                    "a cache tensor has shape {shape}, expected [1, heads, {}, dim]",
-                    self.len
+                    "a cache tensor has shape {shape}, expected [1, {}, {}, {}]",
+                    self.kv_heads, self.len, self.head_dim
                 ),
             )),
         }
@@ -257,36 +286,60 @@ impl PastKv {
         }
         let len: usize = keep.iter().map(|(r, _)| r.len()).sum();
         let turns: Vec<Vec<(f32, f32)>> = keep.iter().map(|&(_, shift)| rope.turn(shift)).collect();
-        let cached = self.len;
-        let mut values = Vec::with_capacity(self.values.len());
-        for (j, value) in self.values.iter().enumerate() {
-            let (heads, dim, data) = self.host_data(value)?;
-            let key = j % 2 == 0;
-            if key {
-                rope.check_width(dim)?;
-            }
-            let mut out = Vec::with_capacity(heads * len * dim);
+        let (cached, heads, dim) = (self.len, self.kv_heads, self.head_dim);
+        rope.check_width(dim)?;
+        // Tensor `j` of the new cache into `out` (`heads * len * dim` floats).
+        let fill = |j: usize, out: &mut [f32]| -> Result<(), EngineError> {
+            let data = self.host_data(j)?;
+            let key = j.is_multiple_of(2);
+            let mut at = 0;
             for h in 0..heads {
                 for ((r, shift), turn) in keep.iter().zip(&turns) {
                     let rows = &data[(h * cached + r.start) * dim..(h * cached + r.end) * dim];
+                    let to = &mut out[at..at + rows.len()];
+                    at += rows.len();
                     if !key || *shift == 0 {
-                        out.extend_from_slice(rows);
+                        to.copy_from_slice(rows);
                         continue;
                     }
-                    for row in rows.chunks_exact(dim) {
-                        push_turned(row, turn, &mut out);
+                    for (row, to) in rows.chunks_exact(dim).zip(to.chunks_exact_mut(dim)) {
+                        turn_into(row, turn, to);
                     }
                 }
             }
-            values.push(
-                Tensor::<f32>::from_array(([1, heads, len, dim], out))
-                    .map(Tensor::upcast)
-                    .map_err(|e| EngineError::run(DECODER, e))?,
-            );
-        }
+            Ok(())
+        };
+        let store = match &self.store {
+            KvStore::Host(block) => {
+                let mut out = block
+                    .pool()
+                    .take(len)
+                    .map_err(|e| EngineError::run(DECODER, format!("cache memory: {e}")))?;
+                for j in 0..self.tensors {
+                    fill(j, out.tensor_mut(j, len))?;
+                }
+                KvStore::Host(out)
+            }
+            KvStore::Device(_) => {
+                let mut values = Vec::with_capacity(self.tensors);
+                for j in 0..self.tensors {
+                    let mut out = vec![0.0f32; heads * len * dim];
+                    fill(j, &mut out)?;
+                    values.push(
+                        Tensor::<f32>::from_array(([1, heads, len, dim], out))
+                            .map(Tensor::upcast)
+                            .map_err(|e| EngineError::run(DECODER, e))?,
+                    );
+                }
+                KvStore::Device(values)
+            }
+        };
         Ok(PastKv {
-            values,
+            store,
             len,
+            tensors: self.tensors,
+            kv_heads: heads,
+            head_dim: dim,
             bytes_per_position: self.bytes_per_position,
         })
     }
@@ -321,11 +374,12 @@ impl PastKv {
             back.entry(p).or_insert_with(|| rope.turn(-(p as i64)));
         }
         let cached = self.len;
-        let layers = (self.values.len() / 2).max(1) as f32;
+        let layers = (self.tensors / 2).max(1) as f32;
+        let (heads, dim) = (self.kv_heads, self.head_dim);
         let mut sims = vec![0.0f32; pairs.len()];
         let mut norms = vec![0.0f32; positions.len()];
-        for (j, value) in self.values.iter().enumerate() {
-            let (heads, dim, data) = self.host_data(value)?;
+        for j in 0..self.tensors {
+            let data = self.host_data(j)?;
             let row =
                 |h: usize, p: usize| &data[(h * cached + p) * dim..(h * cached + p + 1) * dim];
             if j % 2 == 1 {
@@ -340,7 +394,9 @@ impl PastKv {
             let unrotated = |p: usize, out: &mut Vec<f32>| {
                 out.clear();
                 for h in 0..heads {
-                    push_turned(row(h, p), &back[&p], out);
+                    let at = out.len();
+                    out.resize(at + dim, 0.0);
+                    turn_into(row(h, p), &back[&p], &mut out[at..]);
                 }
             };
             let (mut ka, mut kb) = (Vec::new(), Vec::new());
@@ -375,7 +431,11 @@ pub struct Decoder {
     positions_name: String,
     logits_name: String,
     past_names: Vec<String>,
+    /// `past_names` for ONNX Runtime's C API (pooled caches are bound through it).
+    past_cnames: Vec<CString>,
     present_names: Vec<String>,
+    /// The CPU provider's cache memory; `None`: caches stay in the provider's own memory.
+    pool: Option<Arc<CachePool>>,
     cache_memory: MemoryInfo<'static>,
     host_memory: MemoryInfo<'static>,
     bytes_per_position: usize,
@@ -420,6 +480,7 @@ impl Decoder {
         m: &Manifest,
         provider: ProviderKind,
         device_id: i32,
+        cache_memory: CacheMemory,
         stats: Arc<EngineStats>,
     ) -> Result<Decoder, EngineError> {
         let t = &m.text;
@@ -435,6 +496,21 @@ impl Decoder {
             present_names.push(TextSpec::layer_name(&t.present_value, i));
         }
         let memory_error = |e: ort::Error| EngineError::run(DECODER, e);
+        let past_cnames = past_names
+            .iter()
+            .map(|n| {
+                CString::new(n.as_str()).map_err(|_| {
+                    EngineError::input(DECODER, format!("input name `{n}` holds a NUL byte"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let pool =
+            (provider == ProviderKind::Cpu && cache_memory == CacheMemory::Pool).then(|| {
+                CachePool::new(
+                    past_names.len(),
+                    t.num_kv_heads as usize * t.head_dim as usize,
+                )
+            });
         Ok(Decoder {
             state: Mutex::new(DecoderState { session, binding }),
             hidden: t.hidden_size as usize,
@@ -447,7 +523,9 @@ impl Decoder {
             positions_name: t.position_ids.clone(),
             logits_name: t.logits.clone(),
             past_names,
+            past_cnames,
             present_names,
+            pool,
             cache_memory: provider::device_memory(provider, device_id).map_err(memory_error)?,
             host_memory: provider::host_memory().map_err(memory_error)?,
             bytes_per_position: m.kv_bytes_per_position(),
@@ -479,8 +557,30 @@ impl Decoder {
         self.max_context
     }
 
+    /// The cache pool's counters (`None`: caches live in a GPU provider's memory).
+    pub fn cache_pool(&self) -> Option<CachePoolStats> {
+        self.pool.as_ref().map(|p| p.stats())
+    }
+
+    fn cache(&self, store: KvStore, len: usize) -> PastKv {
+        PastKv {
+            store,
+            tensors: self.past_names.len(),
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            len,
+            bytes_per_position: self.bytes_per_position,
+        }
+    }
+
     /// A cache with no positions (the first call's `[1, kv_heads, 0, head_dim]` tensors).
     pub fn empty_cache(&self) -> Result<PastKv, EngineError> {
+        if let Some(pool) = &self.pool {
+            let block = pool
+                .take(0)
+                .map_err(|e| EngineError::run(DECODER, format!("cache memory: {e}")))?;
+            return Ok(self.cache(KvStore::Host(block), 0));
+        }
         let values = (0..self.past_names.len())
             .map(|_| {
                 Tensor::<f32>::from_array(([1, self.kv_heads, 0, self.head_dim], Vec::<f32>::new()))
@@ -488,11 +588,30 @@ impl Decoder {
             })
             .collect::<Result<Vec<DynTensor>, _>>()
             .map_err(|e| EngineError::run(DECODER, e))?;
-        Ok(PastKv {
-            values,
-            len: 0,
-            bytes_per_position: self.bytes_per_position,
-        })
+        Ok(self.cache(KvStore::Device(values), 0))
+    }
+
+    /// Views of a pooled block's first `len` positions, as ONNX Runtime tensors.
+    fn views(
+        &self,
+        block: &CacheBlock,
+        len: usize,
+    ) -> Result<Vec<TensorRefMut<'static, f32>>, EngineError> {
+        (0..self.past_names.len())
+            .map(|j| {
+                let shape = Shape::new([1, self.kv_heads as i64, len as i64, self.head_dim as i64]);
+                // SAFETY: the block holds `len` positions of tensor `j` from this address, in
+                // host memory; every view is dropped in `forward` before the block can be.
+                unsafe {
+                    TensorRefMut::<f32>::from_raw(
+                        self.host_memory.clone(),
+                        block.tensor_ptr(j).cast(),
+                        shape,
+                    )
+                }
+                .map_err(|e| EngineError::run(DECODER, e))
+            })
+            .collect()
     }
 
     /// Runs `S = positions.len()` new positions (`embeds` is `S * hidden` floats) after `past`.
@@ -527,7 +646,12 @@ impl Decoder {
                 ),
             ));
         }
-        if past.values.len() != self.past_names.len() {
+        let host = matches!(past.store, KvStore::Host(_));
+        if past.tensors != self.past_names.len()
+            || past.kv_heads != self.kv_heads
+            || past.head_dim != self.head_dim
+            || host != self.pool.is_some()
+        {
             return Err(EngineError::input(
                 DECODER,
                 "the cache was made by another model".to_string(),
@@ -537,6 +661,18 @@ impl Decoder {
         let embeds = Tensor::from_array(([1, s, self.hidden], embeds.to_vec())).map_err(run)?;
         let mask = Tensor::from_array(([1, total], vec![1i64; total])).map_err(run)?;
         let positions = Tensor::from_array(([1, s], positions.to_vec())).map_err(run)?;
+        // The CPU provider's: the new cache's block, and views of both caches for ONNX Runtime.
+        let (block, past_views, present_views) = match (&self.pool, &past.store) {
+            (Some(pool), KvStore::Host(past_block)) => {
+                let block = pool
+                    .take(total)
+                    .map_err(|e| EngineError::run(DECODER, format!("cache memory: {e}")))?;
+                let past_views = self.views(past_block, past.len)?;
+                let present_views = self.views(&block, total)?;
+                (Some(block), past_views, present_views)
+            }
+            _ => (None, Vec::new(), Vec::new()),
+        };
 
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let DecoderState { session, binding } = &mut *state;
@@ -551,15 +687,32 @@ impl Decoder {
             binding
                 .bind_input(&self.positions_name, &positions)
                 .map_err(run)?;
-            for (name, value) in self.past_names.iter().zip(&past.values) {
-                // A session output is bound by reference: ONNX Runtime reads it in place.
-                binding.bind_input(name, value).map_err(run)?;
+            match &past.store {
+                KvStore::Host(_) => {
+                    for (name, view) in self.past_cnames.iter().zip(&past_views) {
+                        bind_input_view(binding, name, view)?;
+                    }
+                }
+                KvStore::Device(values) => {
+                    for (name, value) in self.past_names.iter().zip(values) {
+                        // A session output is bound by reference: ONNX Runtime reads it in place.
+                        binding.bind_input(name, value).map_err(run)?;
+                    }
+                }
             }
-            // Re-bound every call: a bound output keeps its buffer, and the cache grows each call.
-            for name in &self.present_names {
-                binding
-                    .bind_output_to_device(name, &self.cache_memory)
-                    .map_err(run)?;
+            if block.is_some() {
+                // ONNX Runtime writes the new cache into the pooled block.
+                // The binding holds each view's tensor until it is cleared.
+                for (name, view) in self.present_names.iter().zip(present_views) {
+                    binding.bind_output(name, view).map_err(run)?;
+                }
+            } else {
+                // Re-bound every call: a bound output keeps its buffer, and the cache grows.
+                for name in &self.present_names {
+                    binding
+                        .bind_output_to_device(name, &self.cache_memory)
+                        .map_err(run)?;
+                }
             }
             binding
                 .bind_output_to_device(&self.logits_name, &self.host_memory)
@@ -599,21 +752,60 @@ impl Decoder {
                 LogitRows::Last => (data[(s - 1) * self.vocab..].to_vec(), 1),
                 LogitRows::All => (data.to_vec(), s),
             };
-            Ok(DecoderOutput {
-                logits,
-                rows,
-                present: PastKv {
-                    values,
-                    len: total,
-                    bytes_per_position: self.bytes_per_position,
-                },
-            })
+            Ok((logits, rows, values))
         })();
         // Drop the binding's references to the caller's cache and to the new outputs.
         binding.clear();
+        drop(state);
+        let result = result.map(|(logits, rows, values)| {
+            let store = match block {
+                // The outputs are views of the block: dropped, the block is the cache.
+                Some(block) => {
+                    drop(values);
+                    KvStore::Host(block)
+                }
+                None => KvStore::Device(values),
+            };
+            DecoderOutput {
+                logits,
+                rows,
+                present: self.cache(store, total),
+            }
+        });
+        // The views go before the blocks they point into (`past` is borrowed beyond this call).
+        drop(past_views);
         if result.is_ok() {
             self.stats.record_decoder(s, started.elapsed());
         }
         result
     }
+}
+
+/// Binds a view of a pooled cache block as an input. Through ONNX Runtime's C API: `ort`'s
+/// `bind_input` deep-copies any tensor it does not own (the whole cache, every call), while ONNX
+/// Runtime itself reads a bound input in place.
+fn bind_input_view(
+    binding: &mut IoBinding,
+    name: &std::ffi::CStr,
+    view: &TensorRefMut<'static, f32>,
+) -> Result<(), EngineError> {
+    let api = ort::api();
+    // SAFETY: a live binding, a NUL-terminated name and a live tensor; the caller keeps the view
+    // and its block alive until the binding is cleared.
+    let status = unsafe { (api.BindInput)(binding.ptr_mut(), name.as_ptr(), view.ptr()) };
+    if status.0.is_null() {
+        return Ok(());
+    }
+    // SAFETY: a status ONNX Runtime returned; its message is copied before it is released.
+    let message = unsafe {
+        let text = std::ffi::CStr::from_ptr((api.GetErrorMessage)(status.0))
+            .to_string_lossy()
+            .into_owned();
+        (api.ReleaseStatus)(status.0);
+        text
+    };
+    Err(EngineError::run(
+        DECODER,
+        format!("binding `{}`: {message}", name.to_string_lossy()),
+    ))
 }
