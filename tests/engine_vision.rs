@@ -115,16 +115,7 @@ fn frames_of_the_wrong_size_are_input_errors() {
 fn warming_up_runs_the_vision_encoder_per_geometry_and_the_decoder_once() {
     // The same code `engines build` runs on TensorRT; on the CPU it only exercises the shapes.
     let e = engine_common::tiny();
-    let geometries = [
-        Geometry {
-            width: 56,
-            height: 28,
-        },
-        Geometry {
-            width: 112,
-            height: 84,
-        },
-    ];
+    let geometries = [Geometry::new(56, 28), Geometry::new(112, 84)];
     let mut progress = Progress::hidden(3);
     let mut steps = Vec::new();
     warm_up(&e, &geometries, &mut progress, &mut steps).unwrap();

@@ -455,6 +455,27 @@ fn cli_renders_apollo_and_stream_formats() {
     assert!(out.ends_with(
         "<|stream_start|>stream\n<image>\n<|stream_end|>\n<|im_start|>user\nQ<|im_end|>\n"
     ));
+    // SmolVLM2's live format: one user turn of frames, each with its time.
+    let (code, out, _) = cli(&[
+        "--family",
+        "smolvlm2",
+        "--timestamps",
+        "0,65",
+        "--kept",
+        "2,1",
+        "--format",
+        "stream",
+        "--question",
+        "Q",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim_end_matches('\n'),
+        "<|im_start|>User: You are provided the following series of frames from a live video.\n\
+         \nFrame from 00:00:<fake_token_around_image><global-img><image><image><fake_token_around_image>\
+         \nFrame from 01:05:<fake_token_around_image><global-img><image><fake_token_around_image>\
+         \n\nQ<end_of_utterance>\nAssistant:"
+    );
 }
 
 #[test]

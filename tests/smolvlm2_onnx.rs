@@ -10,52 +10,11 @@
 mod common;
 
 use common::edgevlm;
-use common::tempdir::{TempDir, tempdir};
+use common::smolvlm2::{download, init};
 use edgevlm::engine::{EngineOptions, Engines, LogitRows, Tokenizer};
 use edgevlm::family::smolvlm2;
 use edgevlm::generate::render::FrameSlot;
-use std::path::{Path, PathBuf};
-
-fn fixture() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/smolvlm2-reduced");
-    assert!(
-        dir.join("reference.json").is_file(),
-        "{}: no fixture; run .venv-export/bin/python engines/smolvlm2/reduced.py",
-        dir.display()
-    );
-    dir
-}
-
-/// A copy of the fixture's directory (what a user downloads: no manifest) in a temp dir.
-fn download() -> TempDir {
-    let src = fixture();
-    let tmp = tempdir("smolvlm2-download");
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == "manifest.toml" {
-            continue;
-        }
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir(tmp.path().join(&name)).unwrap();
-            for f in std::fs::read_dir(entry.path()).unwrap() {
-                let f = f.unwrap();
-                std::fs::copy(f.path(), tmp.path().join(&name).join(f.file_name())).unwrap();
-            }
-        } else {
-            std::fs::copy(entry.path(), tmp.path().join(&name)).unwrap();
-        }
-    }
-    tmp
-}
-
-fn init(dir: &Path) -> std::process::Output {
-    edgevlm()
-        .args(["engines", "init"])
-        .arg(dir)
-        .output()
-        .unwrap()
-}
+use std::path::Path;
 
 fn check(dir: &Path) -> std::process::Output {
     edgevlm()

@@ -47,7 +47,7 @@ pub(crate) fn engines(action: EnginesAction) -> ExitCode {
                     return ExitCode::from(2);
                 };
                 opts.geometries
-                    .push(edgevlm::ingest::Geometry { width, height });
+                    .push(edgevlm::ingest::Geometry::new(width, height));
             }
             edgevlm::engine::build_engines(&opts, true).map(|r| print!("{r}"))
         }

@@ -123,6 +123,17 @@ pub(crate) fn render_cli(a: &CliArgs<'_>) -> Result<String, CliError> {
                 videollama3::offline(&frames, a.question, Some(videollama3::SYSTEM))?
             }
         }
+        Family::Smolvlm2 if stream => {
+            // What a live camera's cache holds, then the question (`family::smolvlm2`).
+            let f =
+                edgevlm::family::stream(family).map_err(|_| CliError::Format("stream".into()))?;
+            let mut text = f.prefix(None).text();
+            for fr in &frames {
+                text.push_str(&f.frame(fr.kept, Some(fr.time_secs))?.text());
+            }
+            text.push_str(&f.ask(Role::User, a.question).text());
+            return Ok(text);
+        }
         Family::Smolvlm2 => smolvlm2::video_prompt(&frames, a.duration_secs, a.question)?,
         Family::Apollo => {
             let clip_duration = match a.clip_duration.parse::<i64>() {

@@ -100,6 +100,21 @@ pub struct VisionConfig {
     /// declares one (`[vision.processor]` of a transformers-native VideoLLaMA3 export). Not a
     /// configuration key: `run` takes it from the configured model's manifest.
     pub processor: Option<ProcessorGeometry>,
+    /// Square frames of one side, when the model's encoder takes fixed images (SmolVLM2's
+    /// `images` layout, 512 x 512): replaces every rule above. Not a configuration key: `run`
+    /// takes it from the configured model's manifest.
+    pub square: Option<SquareFrames>,
+}
+
+/// The frames of a model whose vision encoder takes square images of a fixed side (SmolVLM2):
+/// every camera's frames are resized to `side` x `side` in the family's two steps
+/// (`family::smolvlm2::preprocess`), and a visual token covers `token_px` pixels square.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SquareFrames {
+    /// The square side (`vision.image_size`).
+    pub side: u32,
+    /// Pixels per token side (`patch_size * merge_size`: 64 for SmolVLM2).
+    pub token_px: u32,
 }
 
 /// The frame-size rule of a checkpoint's video processor (transformers' VideoLLaMA3: `smart_resize`
@@ -121,6 +136,7 @@ impl Default for VisionConfig {
             max_frames: 180,
             min_frame_tokens: 16,
             processor: None,
+            square: None,
         }
     }
 }
@@ -280,6 +296,21 @@ pub const MAX_SAMPLE_FPS: f64 = 30.0;
 pub const MAX_WINDOW_SECS: f64 = 3600.0;
 
 impl Config {
+    /// Follows the frame rules of the configured model (`VisionSpec::frame_rules`, which `run`
+    /// reads from its manifest at start and keeps on reload): `[vision]`'s processor rule and
+    /// square, and, for a model of square frames, every camera's DiffFP blocks at the model's
+    /// tokens (a block is what one token covers).
+    pub fn follow_model_frames(&mut self, model: &VisionConfig) {
+        self.vision.processor = model.processor;
+        self.vision.square = model.square;
+        if let Some(s) = model.square {
+            for c in &mut self.cameras {
+                c.prune.patch = s.token_px as usize;
+                c.prune.merge = 1;
+            }
+        }
+    }
+
     /// Reads and validates a file; every problem is returned at once.
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
         let text = std::fs::read_to_string(path).map_err(|e| {
@@ -513,6 +544,7 @@ fn decode_vision(t: &toml::Table, sink: &mut Sink) -> VisionConfig {
         max_frames: f.get("max_frames", d.max_frames, sink),
         min_frame_tokens: f.get("min_frame_tokens", d.min_frame_tokens, sink),
         processor: None,
+        square: None,
     };
     if v.max_visual_tokens < 1 {
         sink.error(f.path_of("max_visual_tokens"), "must be > 0, got 0");

@@ -243,6 +243,24 @@ impl VisionSpec {
     pub fn token_px(&self) -> u32 {
         self.patch_size * self.merge_size
     }
+
+    /// What this model fixes of every camera's frames, over the configuration's `[vision]`: its
+    /// processor's size rule (transformers-native VideoLLaMA3), or square images of its side
+    /// (the `images` layout, SmolVLM2).
+    pub fn frame_rules(
+        &self,
+        mut vision: crate::config::VisionConfig,
+    ) -> crate::config::VisionConfig {
+        vision.processor = self.processor.map(|p| p.geometry());
+        vision.square = match (self.layout, self.image_size) {
+            (VisionLayout::Images, Some(side)) => Some(crate::config::SquareFrames {
+                side,
+                token_px: self.token_px(),
+            }),
+            _ => None,
+        };
+        vision
+    }
 }
 
 /// `[text]`.

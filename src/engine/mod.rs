@@ -95,7 +95,7 @@ impl EngineOptions {
             .iter()
             .filter(|c| c.enabled)
             .filter_map(|c| c.size)
-            .map(|(width, height)| Geometry { width, height })
+            .map(|(width, height)| Geometry::fixed(width, height, &config.vision))
             .collect();
         geometries.sort_by_key(|g| (g.width, g.height));
         geometries.dedup();

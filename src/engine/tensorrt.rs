@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn the_vision_profile_spans_the_camera_geometries_and_tunes_for_the_largest() {
-        let g = |width, height| Geometry { width, height };
+        let g = Geometry::new;
         let p = vision_profile(&tiny(), &[g(280, 140), g(336, 196), g(308, 224)], 4);
         assert_eq!(p.min_shapes(), "pixel_values:1x3x140x280");
         assert_eq!(p.opt_shapes(), "pixel_values:1x3x224x308"); // 88 tokens beat 336x196's 84

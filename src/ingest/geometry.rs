@@ -1,4 +1,5 @@
-//! The model geometry of a camera: VideoLLaMA3's resize rule, fixed once per camera.
+//! The model geometry of a camera: VideoLLaMA3's resize rule (or a square side, for a model whose
+//! encoder takes fixed images), fixed once per camera.
 //!
 //! The reference (`simple_batched_resize`, docs/REFERENCE.md §1b) sizes frames from the number of
 //! frames in the request, so a sliding window would change resolution, and with it DiffFP's
@@ -7,22 +8,45 @@
 
 use crate::config::{ProcessorGeometry, VisionConfig};
 
-/// Pixels per merged token side: patch 14 x merge 2.
+/// Pixels per merged token side of VideoLLaMA3's rules: patch 14 x merge 2.
 pub const TOKEN_PX: u32 = 28;
 
-/// Width and height of the frames a camera hands to the model, multiples of [`TOKEN_PX`].
+/// Width and height of the frames a camera hands to the model, multiples of `token_px`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Geometry {
     /// Width in pixels.
     pub width: u32,
     /// Height in pixels.
     pub height: u32,
+    /// Pixels per visual token side: [`TOKEN_PX`], or the square model's (64 for SmolVLM2).
+    #[serde(skip)]
+    pub token_px: u32,
 }
 
 impl Geometry {
-    /// Visual tokens per frame after the 2x2 merge.
+    /// A geometry of VideoLLaMA3's 28-pixel tokens.
+    pub fn new(width: u32, height: u32) -> Geometry {
+        Geometry {
+            width,
+            height,
+            token_px: TOKEN_PX,
+        }
+    }
+
+    /// The geometry a camera configured to `width` x `height` (`cameras.width`/`height`) has under
+    /// `vision`: a square model's tokens when the model takes square frames.
+    pub fn fixed(width: u32, height: u32, vision: &VisionConfig) -> Geometry {
+        Geometry {
+            width,
+            height,
+            token_px: vision.square.map_or(TOKEN_PX, |s| s.token_px),
+        }
+    }
+
+    /// Visual tokens per frame (after the encoder's merge).
     pub fn tokens(&self) -> u32 {
-        (self.width / TOKEN_PX) * (self.height / TOKEN_PX)
+        let px = self.token_px.max(1);
+        (self.width / px) * (self.height / px)
     }
 
     /// Bytes of one packed RGB frame.
@@ -61,10 +85,7 @@ pub fn reference_geometry(src_w: u32, src_h: u32, frames: u32, vision: &VisionCo
         wb = (w * s / f).ceil() * f;
     }
     // Extreme aspect ratios can floor one side to zero before the minimum rule; never emit zero.
-    Geometry {
-        width: (wb as u32).max(TOKEN_PX),
-        height: (hb as u32).max(TOKEN_PX),
-    }
+    Geometry::new((wb as u32).max(TOKEN_PX), (hb as u32).max(TOKEN_PX))
 }
 
 /// The size transformers' VideoLLaMA3 video processor gives `frames` frames of a `src_w` x
@@ -101,12 +122,21 @@ pub fn processor_geometry(
     Some(Geometry {
         width: wb as u32,
         height: hb as u32,
+        token_px: factor.max(1),
     })
 }
 
-/// The geometry a camera's frames get: the model's processor rule when it has one (frames capped
-/// at its `max_frames`), else the reference budget rule of `[vision]`.
+/// The geometry a camera's frames get: the model's square when its encoder takes fixed images,
+/// its processor rule when it has one (frames capped at its `max_frames`), else the reference
+/// budget rule of `[vision]`.
 pub fn camera_geometry(src_w: u32, src_h: u32, frames: u32, vision: &VisionConfig) -> Geometry {
+    if let Some(s) = vision.square {
+        return Geometry {
+            width: s.side,
+            height: s.side,
+            token_px: s.token_px,
+        };
+    }
     match &vision.processor {
         Some(p) => processor_geometry(src_w, src_h, frames.min(p.max_frames), p, TOKEN_PX)
             // An aspect ratio over 200 (which the processor refuses): the budget rule still sizes it.

@@ -36,7 +36,7 @@ pub async fn probe(
 ) -> Result<ProbeSummary, String> {
     let source = cfg.uri.redacted();
     let fail = |reason: String| format!("cannot read {source}: {reason}");
-    let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size));
+    let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size, vision));
     let started = Instant::now();
     let (c, v, s) = (cfg.clone(), *vision, shared.clone());
     let mut session = tokio::task::spawn_blocking(move || Session::start(&c, &v, s))

@@ -116,11 +116,12 @@ struct Resume {
 }
 
 impl CameraShared {
-    /// Shared state for camera `id`; `size` fixes the geometry up front.
-    pub fn new(id: &str, size: Option<(u32, u32)>) -> Self {
+    /// Shared state for camera `id`; `size` fixes the geometry up front (its tokens those of
+    /// `vision`'s model).
+    pub fn new(id: &str, size: Option<(u32, u32)>, vision: &VisionConfig) -> Self {
         let geometry = OnceLock::new();
         if let Some((width, height)) = size {
-            let _ = geometry.set(Geometry { width, height });
+            let _ = geometry.set(Geometry::fixed(width, height, vision));
         }
         CameraShared {
             id: id.into(),
@@ -282,6 +283,14 @@ impl Session {
             "caps",
             output_caps(shared.geometry.get().copied(), fps, cfg.scaler),
         );
+        // The square model's processor stretches the frame to the square; GStreamer's scalers
+        // keep the display aspect with borders unless told not to.
+        if vision.square.is_some()
+            && cfg.scaler == Scaler::Pipeline
+            && scale.find_property("add-borders").is_some()
+        {
+            scale.set_property("add-borders", false);
+        }
         install_geometry_probe(
             &scale,
             capsfilter.clone(),
@@ -311,7 +320,10 @@ impl Session {
                     shared.clone(),
                     cfg.sample_fps,
                     cfg.uri.is_live(),
-                    cfg.scaler,
+                    Scaling {
+                        scaler: cfg.scaler,
+                        square: vision.square.is_some(),
+                    },
                     stopping.clone(),
                 ))
                 .build(),
@@ -659,9 +671,10 @@ fn new_sample_handler(
     shared: Arc<CameraShared>,
     fps: f64,
     live: bool,
-    scaler: Scaler,
+    scaling: Scaling,
     stopping: Arc<AtomicBool>,
 ) -> SampleHandler {
+    let Scaling { scaler, square } = scaling;
     let resume = shared.resume();
     let mut sampler = Sampler::new(fps);
     // After a restart, stream time continues from the wall clock (live) so gaps stay visible and
@@ -684,7 +697,7 @@ fn new_sample_handler(
     };
     let mut info_cache: Option<(gst::Caps, gst_video::VideoInfo)> = None;
     // Built for the first frame's source size and the camera's geometry; rebuilt if either changes.
-    let mut resizer: Option<Resizer> = None;
+    let mut resizer: Option<FrameScaler> = None;
     Box::new(move |sink| {
         let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
         let Some(buffer) = sample.buffer() else {
@@ -720,7 +733,7 @@ fn new_sample_handler(
                 let Some(g) = shared.geometry.get().copied() else {
                     return Err(gst::FlowError::NotNegotiated);
                 };
-                match scale_reference(buffer, info, g, &mut resizer) {
+                match scale_reference(buffer, info, g, square, &mut resizer) {
                     Ok(rgb) => (rgb, g.width, g.height),
                     Err(e) => {
                         tracing::error!(camera = %shared.id, error = %e, "Cannot scale a frame");
@@ -771,13 +784,67 @@ fn new_sample_handler(
     })
 }
 
-/// Scales a source-size RGB buffer to the model geometry with the reference's resize, reading the
-/// buffer in place through its stride.
+/// Who scales a camera's frames, and whether to the model's square (`VisionConfig::square`).
+#[derive(Debug, Clone, Copy)]
+struct Scaling {
+    scaler: Scaler,
+    square: bool,
+}
+
+/// The reference resize of a camera's model: VideoLLaMA3's processor's (one antialiased bicubic
+/// step) or, for a model of square images, SmolVLM2's processor's (two Lanczos steps).
+#[derive(Debug)]
+enum FrameScaler {
+    Bicubic(Box<Resizer>),
+    TwoStep(Box<crate::family::smolvlm2::preprocess::FrameResize>),
+}
+
+impl FrameScaler {
+    fn new(src: (u32, u32), g: Geometry, square: bool) -> Result<FrameScaler, String> {
+        if square {
+            crate::family::smolvlm2::preprocess::FrameResize::new(src.0, src.1, g.width, g.width)
+                .map(|r| FrameScaler::TwoStep(Box::new(r)))
+        } else {
+            Resizer::new(src.0, src.1, g.width, g.height).map(|r| FrameScaler::Bicubic(Box::new(r)))
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    fn fits(&self, src: (u32, u32), g: Geometry, square: bool) -> bool {
+        match self {
+            FrameScaler::Bicubic(r) => {
+                !square && r.src_size() == src && r.dst_size() == (g.width, g.height)
+            }
+            FrameScaler::TwoStep(r) => {
+                square && r.src_size() == src && r.dst_size() == (g.width, g.height)
+            }
+        }
+    }
+
+    fn dst_len(&self) -> usize {
+        match self {
+            FrameScaler::Bicubic(r) => r.dst_len(),
+            FrameScaler::TwoStep(r) => r.dst_len(),
+        }
+    }
+
+    fn resize(&mut self, src: &[u8], stride: usize, dst: &mut [u8]) -> Result<(), String> {
+        match self {
+            FrameScaler::Bicubic(r) => r.resize(src, stride, dst),
+            FrameScaler::TwoStep(r) => r.resize(src, stride, dst),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Scales a source-size RGB buffer to the model geometry with the reference's resize (`square`:
+/// the square model's), reading the buffer in place through its stride.
 fn scale_reference(
     buffer: &gst::BufferRef,
     info: &gst_video::VideoInfo,
     g: Geometry,
-    resizer: &mut Option<Resizer>,
+    square: bool,
+    resizer: &mut Option<FrameScaler>,
 ) -> Result<Box<[u8]>, String> {
     let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, info)
         .map_err(|e| format!("cannot map the frame: {e}"))?;
@@ -788,14 +855,12 @@ fn scale_reference(
         .ok_or("the frame has no stride")?;
     let data = frame.plane_data(0).map_err(|e| format!("no plane: {e}"))?;
     let src = (frame.width(), frame.height());
-    let fits = |r: &Resizer| r.src_size() == src && r.dst_size() == (g.width, g.height);
-    if !resizer.as_ref().is_some_and(fits) {
-        *resizer = Some(Resizer::new(src.0, src.1, g.width, g.height).map_err(|e| e.to_string())?);
+    if !resizer.as_ref().is_some_and(|r| r.fits(src, g, square)) {
+        *resizer = Some(FrameScaler::new(src, g, square)?);
     }
     let r = resizer.as_mut().ok_or("no resizer")?;
     let mut out = vec![0u8; r.dst_len()].into_boxed_slice();
-    r.resize(data, stride, &mut out)
-        .map_err(|e| e.to_string())?;
+    r.resize(data, stride, &mut out)?;
     Ok(out)
 }
 

@@ -127,6 +127,12 @@ pub struct Plan {
     pub total_bytes: u64,
     /// The memory checked against, if known.
     pub device: Option<DeviceMemory>,
+    /// The model's square frames, if its encoder takes fixed images (`VisionSpec::frame_rules`).
+    #[serde(skip)]
+    pub square: Option<crate::config::SquareFrames>,
+    /// Whether the family has a "when to speak" signal (`narrate = ["model"]` needs one).
+    #[serde(skip)]
+    pub speaks: bool,
 }
 
 /// What stops a plan from being made.
@@ -136,8 +142,18 @@ pub enum PlanError {
     #[error("{0}")]
     Model(#[from] EngineError),
     /// The family cannot watch cameras.
-    #[error("family `{0}` cannot watch live cameras yet (videollama3 and tiny can)")]
+    #[error("family `{0}` cannot watch live cameras yet ({streaming} can)", streaming = streaming_families())]
     Family(Family),
+}
+
+/// The families that can watch cameras, for messages.
+fn streaming_families() -> String {
+    Family::ALL
+        .iter()
+        .filter(|f| crate::family::stream(**f).is_ok())
+        .map(|f| f.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Plan {
@@ -189,11 +205,8 @@ impl Plan {
             .stream_timestamps
             .then_some(99_999_999.0);
         let template = format.frame(1, time).map(|r| count(&r)).unwrap_or(0);
-        // The frame-size rule `run` uses: the model's own processor when it declares one.
-        let mut vision = config.vision;
-        if let Some(p) = &manifest.vision.processor {
-            vision.processor = Some(p.geometry());
-        }
+        // The frame-size rule `run` uses: the model's own when it declares one.
+        let vision = manifest.vision.frame_rules(config.vision);
         let cameras: Vec<CameraPlan> = config
             .cameras
             .iter()
@@ -278,6 +291,8 @@ impl Plan {
             scratch_bytes,
             total_bytes,
             device: None,
+            square: vision.square,
+            speaks: format.speak_signal(&manifest.special_tokens).is_some(),
         })
     }
 
@@ -311,6 +326,33 @@ impl Plan {
                         c.camera,
                         c.policy,
                         self.model.display()
+                    ),
+                ));
+            }
+            let cam = &config.cameras[index];
+            if let (Some(sq), Some((w, h))) = (self.square, cam.size)
+                && (w, h) != (sq.side, sq.side)
+            {
+                out.push((
+                    format!("cameras[{index}].width"),
+                    format!(
+                        "camera {}: family `{}` takes {side}x{side} frames (vision.image_size of \
+                         {}), not {w}x{h}; remove width and height: every frame is resized to \
+                         the square",
+                        c.camera,
+                        self.family,
+                        self.model.join("manifest.toml").display(),
+                        side = sq.side
+                    ),
+                ));
+            }
+            if cam.narrate.triggers.model && !self.speaks {
+                out.push((
+                    format!("cameras[{index}].narrate"),
+                    format!(
+                        "camera {}: the `model` trigger reads the model's own \"when to speak\" \
+                         signal and family `{}` has none; use \"interval\" or \"change\"",
+                        c.camera, self.family
                     ),
                 ));
             }
@@ -526,11 +568,7 @@ fn camera_plan(
     let (size, frame_tokens) = match c.size {
         Some((w, h)) => (
             Some(format!("{w}x{h}")),
-            Geometry {
-                width: w,
-                height: h,
-            }
-            .tokens() as usize,
+            Geometry::fixed(w, h, vision).tokens() as usize,
         ),
         None => match source {
             Some((w, h)) => {

@@ -23,7 +23,7 @@ mod watches;
 pub use report::{camera_summary, mqtt_line};
 
 use crate::base::Clock;
-use crate::config::{BrokerChoice, Config, ProcessorGeometry};
+use crate::config::{BrokerChoice, Config};
 use crate::engine::Engines;
 use crate::evidence::Snapshotter;
 use crate::publish::{self, Connection, Endpoint, Publisher, StartOptions, Topics};
@@ -96,7 +96,8 @@ impl Runtime {
         // The model's own frame-size rule, if its manifest has one: cameras start before the model
         // loads, and the manifest alone is cheap to read. `[engine]` is read at start only, so a
         // reload keeps it.
-        config.vision.processor = model_processor(&config);
+        let model_frames = model_frames(&config);
+        config.follow_model_frames(&model_frames);
         let clock = options.clock;
         tracing::info!(
             summary = %config.summary(),
@@ -446,7 +447,7 @@ impl Control {
     }
 
     async fn reload(&mut self, mut new: Config) -> ReloadSummary {
-        new.vision.processor = self.config.vision.processor;
+        new.follow_model_frames(&self.config.vision);
         // `[engine]` and `[mqtt]` are read at start only.
         new.engine = self.config.engine.clone();
         new.mqtt = self.config.mqtt.clone();
@@ -617,23 +618,34 @@ fn start_mqtt(config: &Config, clock: &Clock) -> anyhow::Result<Option<(Mqtt, Ga
     Ok(Some(((publisher, questions, connection), gate)))
 }
 
-/// `[vision.processor]` of the configured model's manifest (transformers-native VideoLLaMA3
-/// exports), as the frame-size rule of every camera. A manifest that cannot be read here is
-/// reported by the model load itself.
-fn model_processor(config: &Config) -> Option<ProcessorGeometry> {
+/// The frame rules of the configured model's manifest (`VisionSpec::frame_rules`: a
+/// transformers-native VideoLLaMA3's processor rule, SmolVLM2's square images), over `[vision]`.
+/// A manifest that cannot be read here is reported by the model load itself.
+fn model_frames(config: &Config) -> crate::config::VisionConfig {
     // Only a regular file is read here: anything else (a FIFO, a device) could block the start,
     // which must keep serving status while the model loads.
     let path = config.engine.model_dir.join("manifest.toml");
     if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-        return None;
+        return config.vision;
     }
-    let manifest = crate::engine::Manifest::load(&config.engine.model_dir).ok()?;
-    let p = manifest.vision.processor?;
-    tracing::info!(
-        min_pixels = p.min_pixels,
-        max_pixels = p.max_pixels,
-        max_frames = p.max_frames,
-        "Frame sizes follow the model's processor"
-    );
-    Some(p.geometry())
+    let Ok(manifest) = crate::engine::Manifest::load(&config.engine.model_dir) else {
+        return config.vision;
+    };
+    let rules = manifest.vision.frame_rules(config.vision);
+    if let Some(p) = rules.processor {
+        tracing::info!(
+            min_pixels = p.min_pixels,
+            max_pixels = p.max_pixels,
+            max_frames = p.max_frames,
+            "Frame sizes follow the model's processor"
+        );
+    }
+    if let Some(s) = rules.square {
+        tracing::info!(
+            side = s.side,
+            token_px = s.token_px,
+            "Frames are the model's square images"
+        );
+    }
+    rules
 }

@@ -266,7 +266,7 @@ impl Supervisor {
 
 fn spawn_camera(cfg: CameraConfig, vision: VisionConfig, clock: Clock) -> CameraHandle {
     let (stop, shutdown) = watch::channel(false);
-    let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size));
+    let shared = Arc::new(CameraShared::new(&cfg.id, cfg.size, &vision));
     // One spare slot: timestamps jitter around the window's edge.
     let window = Arc::new(Window::new(cfg.window, cfg.window_frames() + 1));
     let initial = if cfg.enabled {

@@ -6,6 +6,7 @@ pub mod frames;
 pub mod mqtt;
 pub mod rtsp;
 pub mod run;
+pub mod smolvlm2;
 pub mod tempdir;
 
 use std::io::{BufRead, BufReader};

@@ -241,7 +241,9 @@ pub fn manifest(dir: &Path, variant: Option<&str>) -> Result<String, String> {
         m,
         "\n[chat_template]\nsystem_prefix = \"<|im_start|>System:\"\n\
          user_prefix = \"<|im_start|>User:\"\nassistant_prefix = \"Assistant:\"\n\
-         turn_end = \"<end_of_utterance>\\n\"\ndefault_system = \"\"\n"
+         turn_end = \"<end_of_utterance>\\n\"\ndefault_system = \"\"\n\
+         # Each frame carries its time (`Frame from MM:SS:`), as in SmolVLM2's video prompt.\n\
+         stream_timestamps = true\n"
     );
     let _ = writeln!(
         m,

@@ -12,17 +12,33 @@
 //!
 //! Its published ONNX files load as they are downloaded (`checkpoint.rs` writes their manifest:
 //! `edgevlm engines init`; the vision encoder's `images` layout takes pixel values with a pixel
-//! attention mask), frames are resized as its processor does (`preprocess.rs`), and generation
-//! stops on `<end_of_utterance>`. The runtime cannot watch a camera with SmolVLM2 yet: ingest does
-//! not run its two-step resize and it has no live format, so the shape has no streaming format;
-//! `edgevlm prompt --family smolvlm2` renders its prompt.
+//! attention mask), frames are resized as its processor does (`preprocess.rs`, which ingest runs
+//! for a camera of a square-image model), and generation stops on `<end_of_utterance>`.
+//!
+//! A live camera uses the same pieces, laid out as a conversation that goes on (SmolVLM2 has no
+//! streaming format of its own; docs/ENGINES.md, "SmolVLM2 on a live camera"): one user turn
+//! holds the frames, each as in the video prompt, until a question closes it and opens the
+//! assistant's; after the answer a new user turn takes the next frames.
+//!
+//! ```text
+//! live   <|im_start|>[System: {system}<end_of_utterance>\n]User: You are provided the following series of frames from a live video.\n
+//!        \nFrame from MM:SS:<fake_token_around_image><global-img><image>×kept<fake_token_around_image>  … per frame
+//!        \n\n{question}<end_of_utterance>\nAssistant:{answer}<end_of_utterance>\nUser:  … next frames
+//! ```
+//!
+//! Every item starts or ends at a special token or a newline, so items tokenized one by one give
+//! the tokens of the whole text (tests/smolvlm2_live.rs checks it with the directory's tokenizer).
+//! SmolVLM2 has no "when to speak" signal: its cameras narrate on `interval` and `change`.
 
 pub mod checkpoint;
 pub mod preprocess;
 
 use super::words::{number_words, timedelta_str};
 use super::{Family, Shape, StreamFormat};
-use crate::generate::render::{FrameSlot, RenderError, Rendered, check_frames};
+use crate::engine::SpecialTokens;
+use crate::generate::render::{
+    FrameSlot, RenderError, Rendered, Role, check_frames, template_text,
+};
 
 /// The image placeholder SmolVLM2's tokenizer has (`image_token`).
 pub const IMAGE_PLACEHOLDER: &str = "<image>";
@@ -45,11 +61,77 @@ impl Shape for SmolVlm2 {
     }
 
     fn stream(&self) -> Result<&dyn StreamFormat, String> {
-        Err(
-            "family `smolvlm2` cannot watch live cameras yet: ingest does not run its frame resize \
-             and it has no live format (`edgevlm prompt --family smolvlm2` renders its video prompt)"
-                .into(),
-        )
+        Ok(self)
+    }
+}
+
+/// What opens the user turn of a live camera's frames (the video prompt's sentence, without the
+/// frame count and duration a live camera does not have).
+pub const LIVE_INTRO: &str =
+    "User: You are provided the following series of frames from a live video.\n";
+
+impl StreamFormat for SmolVlm2 {
+    fn prefix(&self, system: Option<&str>) -> Rendered {
+        let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+        r.template("<|im_start|>");
+        if let Some(system) = system.filter(|s| !s.is_empty()) {
+            // The chat template's system message: `System: {text}<end_of_utterance>\n`.
+            r.template("System: ");
+            r.template(system);
+            r.template(&format!("{END_OF_UTTERANCE}\n"));
+        }
+        r.template(LIVE_INTRO);
+        r
+    }
+
+    fn frame(&self, kept: usize, time_secs: Option<f64>) -> Result<Rendered, RenderError> {
+        if kept == 0 {
+            return Err(RenderError::NothingKept { index: 0 });
+        }
+        let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+        match time_secs {
+            Some(t) if !t.is_finite() || t < 0.0 => {
+                return Err(RenderError::BadTimestamp { index: 0, value: t });
+            }
+            Some(t) => r.template(&format!(
+                "\nFrame from {}:{FAKE_TOKEN_AROUND_IMAGE}{GLOBAL_IMAGE}",
+                frame_time(t)
+            )),
+            // A manifest without `stream_timestamps` (`engines init` writes it on).
+            None => r.template(&format!("\nFrame:{FAKE_TOKEN_AROUND_IMAGE}{GLOBAL_IMAGE}")),
+        }
+        r.visual(kept);
+        r.template(FAKE_TOKEN_AROUND_IMAGE);
+        Ok(r)
+    }
+
+    fn ask(&self, _role: Role, text: &str) -> Rendered {
+        // A question and a narration prompt alike end the user turn, as the video prompt's
+        // question does.
+        let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+        r.untrusted(&format!("\n\n{text}"));
+        r.template(&format!("{END_OF_UTTERANCE}\nAssistant:"));
+        r
+    }
+
+    fn speak(&self) -> Rendered {
+        let mut r = Rendered::new(IMAGE_PLACEHOLDER);
+        r.template(&format!("{END_OF_UTTERANCE}\nAssistant:"));
+        r
+    }
+
+    fn speak_signal(&self, _special: &SpecialTokens) -> Option<(u32, u32)> {
+        None
+    }
+
+    fn turn_close(&self, ended: bool) -> Rendered {
+        // After `<end_of_utterance>` (generated and fed) its newline follows; a cut answer needs
+        // both. The next user turn opens for the frames that come.
+        template_text(if ended {
+            "\nUser:"
+        } else {
+            "<end_of_utterance>\nUser:"
+        })
     }
 }
 

@@ -57,6 +57,16 @@ impl FrameResize {
         self.second.dst_len()
     }
 
+    /// The source frames' width and height.
+    pub fn src_size(&self) -> (u32, u32) {
+        self.first.src_size()
+    }
+
+    /// The resized frames' width and height (square).
+    pub fn dst_size(&self) -> (u32, u32) {
+        self.second.dst_size()
+    }
+
     /// Resizes `src` (rows `stride` bytes apart) into `dst`, a packed square frame.
     pub fn resize(&mut self, src: &[u8], stride: usize, dst: &mut [u8]) -> Result<(), ResizeError> {
         self.first.resize(src, stride, &mut self.middle)?;
