@@ -131,6 +131,8 @@ fn plan_tells_each_cameras_kv_bytes_and_the_total_against_the_device() {
         let n = |k: &str| c[k].as_u64().unwrap();
         // 12 x 7 tokens per frame; the window's 30 frames, one at its edge and 25 % stale.
         assert_eq!(n("frame_tokens"), 84);
+        // At the default 1 fps, before pruning.
+        assert_eq!(c["tokens_per_second"].as_f64(), Some(84.0));
         assert_eq!(n("window_cache_frames"), 30 + 1 + 7);
         assert_eq!(n("cache_positions"), n("window_positions").min(n("budget")));
         assert_eq!(n("cache_bytes"), n("cache_positions") * bpp);

@@ -193,6 +193,16 @@ fn validate_refuses_camera_settings_the_family_cannot_take() {
     std::fs::write(&path, &good).unwrap();
     let out = edgevlm().arg("validate").arg(&path).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
+    // The plan counts the square's 64 tokens a frame, whatever the source.
+    let out = edgevlm()
+        .args(["plan", "--json", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["cameras"][0]["frame_tokens"], 64, "{plan}");
+    assert_eq!(plan["cameras"][0]["tokens_per_second"], 64.0, "{plan}");
 
     // A fixed size (which `[[cameras]]` takes in multiples of 28) other than the square, and the
     // model trigger, which needs a signal SmolVLM2 does not have.

@@ -55,6 +55,9 @@ pub struct CameraPlan {
     pub size: Option<String>,
     /// Visual tokens per frame before pruning (DiffFP only lowers it).
     pub frame_tokens: usize,
+    /// Visual tokens per second of footage before pruning: `frame_tokens` at `sample_fps` (the
+    /// token budget per second a model family's findings are stated in).
+    pub tokens_per_second: f64,
     /// Positions one frame item takes (visual tokens plus its template text).
     pub frame_positions: usize,
     /// Frames the window holds.
@@ -438,11 +441,12 @@ impl Plan {
             self.reserve
         );
         s.push_str(&format!(
-            "{:<16} {:<11} {:>10} {:>7} {:>8} {:>9} {:>9} {:>10} {:>11} {:>10}\n",
+            "{:<16} {:<11} {:>10} {:>7} {:>7} {:>8} {:>9} {:>9} {:>10} {:>11} {:>10}\n",
             "camera",
             "policy",
             "size",
             "tok/frm",
+            "tok/s",
             "frames",
             "window",
             "budget",
@@ -452,11 +456,12 @@ impl Plan {
         ));
         for c in &self.cameras {
             s.push_str(&format!(
-                "{:<16} {:<11} {:>10} {:>7} {:>8} {:>9} {:>9} {:>10} {:>11} {:>10}\n",
+                "{:<16} {:<11} {:>10} {:>7} {:>7} {:>8} {:>9} {:>9} {:>10} {:>11} {:>10}\n",
                 c.camera,
                 c.policy,
                 c.size.as_deref().unwrap_or("any"),
                 c.frame_tokens,
+                format!("{:.0}", c.tokens_per_second),
                 format!("{}/{}", c.cache_frames, c.window_cache_frames),
                 c.window_positions,
                 c.budget,
@@ -604,6 +609,7 @@ fn camera_plan(
         policy: c.cache.policy.name(),
         size,
         frame_tokens,
+        tokens_per_second: frame_tokens as f64 * c.sample_fps,
         frame_positions,
         window_frames,
         window_cache_frames,
@@ -626,6 +632,10 @@ fn camera_plan(
 /// request: the per-frame share of the budget (the rule floors both sides when it shrinks), or
 /// what the minimum raises a small source to.
 fn most_frame_tokens(frames: u32, vision: &VisionConfig) -> usize {
+    // A model of square images: its square, whatever the source.
+    if let Some(s) = vision.square {
+        return camera_geometry(s.side, s.side, 1, vision).tokens().max(1) as usize;
+    }
     let frames = frames.max(1);
     let share = match &vision.processor {
         Some(p) => (p.max_pixels / u64::from(frames.min(p.max_frames).max(1)) / 784) as usize,
