@@ -8,6 +8,7 @@ mod compat;
 mod geometry;
 mod keyframes;
 mod session;
+pub mod square;
 mod template;
 
 pub use compat::{launch_line, summary as gstreamer_summary};

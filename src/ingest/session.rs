@@ -796,13 +796,13 @@ struct Scaling {
 #[derive(Debug)]
 enum FrameScaler {
     Bicubic(Box<Resizer>),
-    TwoStep(Box<crate::family::smolvlm2::preprocess::FrameResize>),
+    TwoStep(Box<super::square::FrameResize>),
 }
 
 impl FrameScaler {
     fn new(src: (u32, u32), g: Geometry, square: bool) -> Result<FrameScaler, String> {
         if square {
-            crate::family::smolvlm2::preprocess::FrameResize::new(src.0, src.1, g.width, g.width)
+            super::square::FrameResize::new(src.0, src.1, g.width, g.width)
                 .map(|r| FrameScaler::TwoStep(Box::new(r)))
         } else {
             Resizer::new(src.0, src.1, g.width, g.height).map(|r| FrameScaler::Bicubic(Box::new(r)))
