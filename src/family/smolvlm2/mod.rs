@@ -12,8 +12,9 @@
 //!
 //! Its published ONNX files load as they are downloaded (`checkpoint.rs` writes their manifest:
 //! `edgevlm engines init`; the vision encoder's `images` layout takes pixel values with a pixel
-//! attention mask), frames are resized as its processor does (`preprocess.rs`: `ingest::square`, which ingest runs
-//! for a camera of a square-image model), and generation stops on `<end_of_utterance>`.
+//! attention mask), frames are resized as its processor does (`preprocess.rs`, that is
+//! `ingest::square`, which ingest runs for a camera of a square-image model), and generation stops
+//! on `<end_of_utterance>`.
 //!
 //! A live camera uses the same pieces, laid out as a conversation that goes on (SmolVLM2 has no
 //! streaming format of its own; docs/ENGINES.md, "SmolVLM2 on a live camera"): one user turn
