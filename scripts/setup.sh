@@ -46,3 +46,8 @@ if [ ! -f engines/tiny/model/manifest.toml ]; then
   echo "setup: generating the tiny test model (engines/tiny/model)"
   .venv/bin/python engines/tiny/generate.py --out engines/tiny/model >/dev/null
 fi
+
+if [ ! -f engines/apollo/model/manifest.toml ]; then
+  echo "setup: generating the tiny Apollo-shaped test model (engines/apollo/model)"
+  .venv/bin/python engines/apollo/generate.py --out engines/apollo/model >/dev/null
+fi

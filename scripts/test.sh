@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 echo "== tiny model: generator determinism and ONNX Runtime checks"
 .venv/bin/python engines/tiny/check.py --model engines/tiny/model
 
+echo "== Apollo-shaped model: generator determinism, its clip encoder against the numpy reference (tests/apollo_live.rs)"
+.venv/bin/python engines/apollo/check.py --model engines/apollo/model --out target/apollo-reference
+
 echo "== Qwen tokenizer: real vocabulary and HF tokenizers reference ids (tests/engine_tokenizer_qwen.rs)"
 engines/qwen/fetch.sh .venv/bin/python
 .venv/bin/python engines/qwen/tokenize_reference.py

@@ -386,9 +386,9 @@ fn tiny_copy(dir: &Path) -> std::path::PathBuf {
 const ONE_CAMERA: &str = "[[cameras]]\nid = \"a\"\nuri = \"test://ball\"\n";
 
 #[test]
-fn validate_refuses_a_model_whose_family_cannot_watch_cameras() {
-    // An Apollo manifest (its prompts render; it has no live format yet) with a camera: it could
-    // never narrate nor answer, so validate (the unit's ExecStartPre) refuses it and says why.
+fn validate_refuses_a_model_whose_files_do_not_match_its_family() {
+    // The tiny model (frames in, tokens per frame out) relabelled Apollo, whose encoder takes
+    // clips: refused with the manifest, the key and what the family takes.
     let dir = scratch("validate-family");
     let model = tiny_copy(&dir);
     let manifest = model.join("manifest.toml");
@@ -405,18 +405,10 @@ fn validate_refuses_a_model_whose_family_cannot_watch_cameras() {
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("engine.model_dir:")
-            && stderr.contains("manifest.toml")
-            && stderr.contains("family `apollo` cannot watch live cameras"),
+        stderr.contains("manifest.toml")
+            && stderr.contains("vision.layout: family `apollo` takes layout = \"clips\""),
         "{stderr}"
     );
-    // The same model with its one camera disabled is valid (nothing to watch yet).
-    let (code, _, stderr) = validate_text(
-        &dir,
-        &format!("[engine]\nmodel_dir = \"model\"\n{ONE_CAMERA}enabled = false\n"),
-        &[],
-    );
-    assert_eq!(code, Some(0), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

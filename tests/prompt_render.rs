@@ -441,6 +441,26 @@ fn cli_renders_apollo_and_stream_formats() {
         "series of two, 2 second clips from a 0:00:04 [H:MM:SS] video.\n0.0-1.5 seconds: "
     ));
     assert_eq!(out.matches("<|video_token|>").count(), 64);
+    // Its live format: clip lines ending in `,\n`, the question after a blank line.
+    let (code, out, _) = cli(&[
+        "--family",
+        "apollo",
+        "--timestamps",
+        "0,2",
+        "--kept",
+        "1,1",
+        "--format",
+        "stream",
+        "--question",
+        "Q",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "<|im_start|>user\nYou are provided the following series of clips from a live video.\n\
+         0.0-1.5 seconds: <|video_token|>,\n2.0-3.5 seconds: <|video_token|>,\n\
+         \nQ<|im_end|>\n<|im_start|>assistant\n"
+    );
     let (code, out, _) = cli(&[
         "--family",
         "tiny",
@@ -531,11 +551,11 @@ fn cli_refuses_bad_input_with_exit_status_2_and_a_precise_message() {
                 "--timestamps",
                 "0",
                 "--format",
-                "stream",
+                "live",
                 "--question",
                 "Q",
             ],
-            "unknown format \"stream\"",
+            "unknown format \"live\"",
         ),
     ];
     for (args, message) in cases {

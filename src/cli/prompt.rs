@@ -123,13 +123,22 @@ pub(crate) fn render_cli(a: &CliArgs<'_>) -> Result<String, CliError> {
                 videollama3::offline(&frames, a.question, Some(videollama3::SYSTEM))?
             }
         }
-        Family::Smolvlm2 if stream => {
-            // What a live camera's cache holds, then the question (`family::smolvlm2`).
+        Family::Smolvlm2 | Family::Apollo if stream => {
+            // What a live camera's cache holds, then the question (`family::smolvlm2`,
+            // `family::apollo`: a clip's line ends at its last frame, 3/4 of a clip on).
+            let clip_secs = if family == Family::Apollo {
+                a.clip_duration
+                    .parse::<f64>()
+                    .map_err(|_| CliError::ClipDuration(a.clip_duration.to_owned()))?
+            } else {
+                0.0
+            };
             let f =
                 edgevlm::family::stream(family).map_err(|_| CliError::Format("stream".into()))?;
             let mut text = f.prefix(None).text();
             for fr in &frames {
-                text.push_str(&f.frame(fr.kept, Some(fr.time_secs))?.text());
+                let end = fr.time_secs + clip_secs * 0.75;
+                text.push_str(&f.item(fr.kept, Some((fr.time_secs, end)))?.text());
             }
             text.push_str(&f.ask(Role::User, a.question).text());
             return Ok(text);

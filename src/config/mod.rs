@@ -104,17 +104,43 @@ pub struct VisionConfig {
     /// `images` layout, 512 x 512): replaces every rule above. Not a configuration key: `run`
     /// takes it from the configured model's manifest.
     pub square: Option<SquareFrames>,
+    /// Clips of frames, when the model's encoder takes clips (Apollo's `clips` layout): a
+    /// memory item is a clip, and cameras sample at the clip's rate. Not a configuration key:
+    /// `run` takes it from the configured model's manifest.
+    pub clip: Option<ClipFrames>,
 }
 
-/// The frames of a model whose vision encoder takes square images of a fixed side (SmolVLM2):
-/// every camera's frames are resized to `side` x `side` in the family's two steps
-/// (`family::smolvlm2::preprocess`), and a visual token covers `token_px` pixels square.
+/// The frames of a model whose vision encoder takes square images of a fixed side (SmolVLM2,
+/// Apollo): every camera's frames are resized to `side` x `side` (SmolVLM2: stretched in its
+/// processor's two steps, `ingest::square`; Apollo: padded to a centred square of `pad` first),
+/// and a DiffFP block covers `token_px` pixels square.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SquareFrames {
     /// The square side (`vision.image_size`).
     pub side: u32,
     /// Pixels per token side (`patch_size * merge_size`: 64 for SmolVLM2).
     pub token_px: u32,
+    /// Pad each frame to a centred square of this RGB colour before the resize (Apollo: its
+    /// processor's mean); `None`: stretch (SmolVLM2).
+    pub pad: Option<[u8; 3]>,
+}
+
+/// The clip of a model that encodes clips (Apollo; `vision.clip_*` of its manifest).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClipFrames {
+    /// Frames in a clip.
+    pub frames: u32,
+    /// Seconds a clip spans.
+    pub secs: f64,
+    /// Visual tokens of a clip.
+    pub tokens: u32,
+}
+
+impl ClipFrames {
+    /// The sampling rate a camera needs for these clips (`frames / secs`).
+    pub fn fps(&self) -> f64 {
+        f64::from(self.frames) / self.secs
+    }
 }
 
 /// The frame-size rule of a checkpoint's video processor (transformers' VideoLLaMA3: `smart_resize`
@@ -137,6 +163,7 @@ impl Default for VisionConfig {
             min_frame_tokens: 16,
             processor: None,
             square: None,
+            clip: None,
         }
     }
 }
@@ -303,6 +330,7 @@ impl Config {
     pub fn follow_model_frames(&mut self, model: &VisionConfig) {
         self.vision.processor = model.processor;
         self.vision.square = model.square;
+        self.vision.clip = model.clip;
         if let Some(s) = model.square {
             for c in &mut self.cameras {
                 c.prune.patch = s.token_px as usize;
@@ -545,6 +573,7 @@ fn decode_vision(t: &toml::Table, sink: &mut Sink) -> VisionConfig {
         min_frame_tokens: f.get("min_frame_tokens", d.min_frame_tokens, sink),
         processor: None,
         square: None,
+        clip: None,
     };
     if v.max_visual_tokens < 1 {
         sink.error(f.path_of("max_visual_tokens"), "must be > 0, got 0");

@@ -93,6 +93,30 @@ pub(crate) fn expected(m: &Manifest, role: ModelRole) -> (Vec<TensorSpec>, Vec<T
                 )],
             )
         }
+        ModelRole::VisionEncoder if m.vision.layout == VisionLayout::Clips => {
+            // `validate` made sure the side and the clip are set for this layout.
+            let side = i64::from(m.vision.image_size.unwrap_or(0));
+            let frames = i64::from(m.vision.clip_frames.unwrap_or(0));
+            let tokens = i64::from(m.vision.clip_tokens.unwrap_or(0));
+            (
+                vec![TensorSpec::new(
+                    &m.vision.input,
+                    Float32,
+                    &[
+                        Any("clips"),
+                        Is(frames, "frames per clip"),
+                        Is(3, "channels"),
+                        Is(side, "image size"),
+                        Is(side, "image size"),
+                    ],
+                )],
+                vec![TensorSpec::new(
+                    &m.vision.output,
+                    Float32,
+                    &[Any("clips"), Is(tokens, "tokens per clip"), hidden],
+                )],
+            )
+        }
         ModelRole::VisionEncoder => (
             vec![TensorSpec::new(
                 &m.vision.input,

@@ -16,7 +16,7 @@ pub enum Family {
     Videollama3,
     /// Apollo (docs/REFERENCE.md §2).
     Apollo,
-    /// SmolVLM2 (docs/ENGINES.md, "SmolVLM2"): its prompt only, so far.
+    /// SmolVLM2 (docs/ENGINES.md, "SmolVLM2").
     Smolvlm2,
 }
 
@@ -36,7 +36,7 @@ impl Family {
         match self {
             Family::Tiny | Family::Videollama3 => Some(VisionLayout::Frames),
             Family::Smolvlm2 => Some(VisionLayout::Images),
-            Family::Apollo => None,
+            Family::Apollo => Some(VisionLayout::Clips),
         }
     }
 
@@ -159,9 +159,20 @@ pub struct VisionSpec {
     /// `images` layout: the pixel attention mask input (`pixel_attention_mask`).
     #[serde(default)]
     pub pixel_mask: Option<String>,
-    /// `images` layout: the square side every frame is resized to (512 for SmolVLM2).
+    /// `images` and `clips` layouts: the square side every frame is resized to (512 for
+    /// SmolVLM2).
     #[serde(default)]
     pub image_size: Option<u32>,
+    /// `clips` layout: frames in one clip (Apollo: 4).
+    #[serde(default)]
+    pub clip_frames: Option<u32>,
+    /// `clips` layout: the seconds one clip spans (Apollo: 2, so frames are sampled at
+    /// `clip_frames / clip_secs` = 2 fps).
+    #[serde(default)]
+    pub clip_secs: Option<f64>,
+    /// `clips` layout: visual tokens the resampler gives a clip (Apollo `-t32`: 32).
+    #[serde(default)]
+    pub clip_tokens: Option<u32>,
     /// Informational: the encoder's width.
     #[serde(default)]
     pub encoder_hidden_size: Option<u32>,
@@ -189,6 +200,28 @@ pub enum VisionLayout {
     /// `output` f32 `[images * tokens, hidden]`, with S = `image_size` (Idefics3 and SmolVLM2's
     /// published ONNX files).
     Images,
+    /// `input` f32 `[clips, clip_frames, 3, S, S]` -> `output` f32 `[clips, clip_tokens, hidden]`,
+    /// with S = `image_size`: a clip of frames in, a fixed number of tokens out (Apollo's two
+    /// towers and Perceiver resampler, docs/ENGINES.md, "Apollo").
+    Clips,
+}
+
+/// A `clips` model's clip: how many frames, over how long, and the tokens it becomes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClipSpec {
+    /// Frames in a clip.
+    pub frames: u32,
+    /// Seconds a clip spans.
+    pub secs: f64,
+    /// Visual tokens of one clip.
+    pub tokens: u32,
+}
+
+impl ClipSpec {
+    /// The sampling rate the clips need (`frames / secs`).
+    pub fn fps(&self) -> f64 {
+        f64::from(self.frames) / self.secs
+    }
 }
 
 /// `[vision.processor]`: what transformers' `VideoLlama3VideoProcessor` of the exported checkpoint
@@ -244,6 +277,23 @@ impl VisionSpec {
         self.patch_size * self.merge_size
     }
 
+    /// The clip of a `clips` model (`None` for the other layouts).
+    pub fn clip(&self) -> Option<ClipSpec> {
+        match (
+            self.layout,
+            self.clip_frames,
+            self.clip_secs,
+            self.clip_tokens,
+        ) {
+            (VisionLayout::Clips, Some(frames), Some(secs), Some(tokens)) => Some(ClipSpec {
+                frames,
+                secs,
+                tokens,
+            }),
+            _ => None,
+        }
+    }
+
     /// What this model fixes of every camera's frames, over the configuration's `[vision]`: its
     /// processor's size rule (transformers-native VideoLLaMA3), or square images of its side
     /// (the `images` layout, SmolVLM2).
@@ -256,9 +306,22 @@ impl VisionSpec {
             (VisionLayout::Images, Some(side)) => Some(crate::config::SquareFrames {
                 side,
                 token_px: self.token_px(),
+                pad: None,
+            }),
+            // Apollo pads each frame to a centred square filled with its processor's mean, then
+            // resizes (docs/ENGINES.md, "Apollo").
+            (VisionLayout::Clips, Some(side)) => Some(crate::config::SquareFrames {
+                side,
+                token_px: self.token_px(),
+                pad: Some(self.mean.map(|m| (m * 255.0) as u8)),
             }),
             _ => None,
         };
+        vision.clip = self.clip().map(|c| crate::config::ClipFrames {
+            frames: c.frames,
+            secs: c.secs,
+            tokens: c.tokens,
+        });
         vision
     }
 }
@@ -333,6 +396,9 @@ pub enum ImageLiteral {
     /// `<|video_pad|>`: the transformers-native (-HF) checkpoints' video placeholder.
     #[serde(rename = "<|video_pad|>")]
     VideoPad,
+    /// `<|video_token|>`: Apollo's video placeholder.
+    #[serde(rename = "<|video_token|>")]
+    VideoToken,
 }
 
 impl ImageLiteral {
@@ -341,6 +407,7 @@ impl ImageLiteral {
         match self {
             ImageLiteral::Image => "<image>",
             ImageLiteral::VideoPad => "<|video_pad|>",
+            ImageLiteral::VideoToken => "<|video_token|>",
         }
     }
 }
@@ -585,6 +652,30 @@ impl Manifest {
                     );
                 }
             }
+            VisionLayout::Clips => {
+                let side = v.image_size.unwrap_or(0);
+                if side == 0 || !side.is_multiple_of(v.token_px()) {
+                    return Err(format!(
+                        "vision.image_size: layout = \"clips\" needs a square side that is a \
+                         positive multiple of patch_size x merge_size ({}), got {}",
+                        v.token_px(),
+                        v.image_size.map_or("none".into(), |s| s.to_string())
+                    ));
+                }
+                match (v.clip_frames, v.clip_secs, v.clip_tokens) {
+                    (Some(f), Some(s), Some(t)) if f > 0 && t > 0 && s.is_finite() && s > 0.0 => {}
+                    (f, s, t) => {
+                        return Err(format!(
+                            "vision.clip_frames, clip_secs, clip_tokens: layout = \"clips\" needs \
+                             frames per clip (> 0), the seconds a clip spans (> 0) and tokens per \
+                             clip (> 0), got {}, {} and {}",
+                            f.map_or("none".into(), |x| x.to_string()),
+                            s.map_or("none".into(), |x| x.to_string()),
+                            t.map_or("none".into(), |x| x.to_string()),
+                        ));
+                    }
+                }
+            }
             VisionLayout::Images => {
                 if v.pixel_mask.as_deref().is_none_or(str::is_empty) {
                     return Err(
@@ -604,10 +695,18 @@ impl Manifest {
                 }
             }
         }
+        if v.layout != VisionLayout::Clips
+            && (v.clip_frames.is_some() || v.clip_secs.is_some() || v.clip_tokens.is_some())
+        {
+            return Err(
+                "vision.clip_frames, clip_secs and clip_tokens belong to layout = \"clips\"".into(),
+            );
+        }
         // What the family's files and formats need of the manifest.
         let layout_name = |l: VisionLayout| match l {
             VisionLayout::Frames => "frames",
             VisionLayout::Images => "images",
+            VisionLayout::Clips => "clips",
         };
         if let Some(want) = self.family.vision_layout()
             && want != v.layout

@@ -29,8 +29,8 @@ pub use crate::config::{CacheMemory, CpuArena, MemoryPatterns, ProviderKind, Ten
 pub use cache_pool::{CachePoolStats, GRAIN as CACHE_GRAIN};
 pub use error::{EngineError, ErrorKind};
 pub use manifest::{
-    ChatTemplate, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec, Resample,
-    ResizeRule, SpecialTokens, TextSpec, VisionLayout, VisionSpec,
+    ChatTemplate, ClipSpec, Family, Files, Generator, ImageLiteral, Manifest, ProcessorSpec,
+    Resample, ResizeRule, SpecialTokens, TextSpec, VisionLayout, VisionSpec,
 };
 pub use progress::Progress;
 pub use provider::ModelRole;
@@ -460,10 +460,13 @@ pub fn check_dir(opts: &EngineOptions) -> Result<CheckReport, EngineError> {
             .map_or((2 * px, 2 * px), |g| (g.width, g.height)),
     };
     let frame = vec![128u8; (w * h * 3) as usize];
+    // One frame, or one clip of them for the `clips` layout.
+    let n = engines.vision().clip().map_or(1, |c| c.frames as usize);
     let t0 = Instant::now();
-    let vt = engines.vision().encode(&[&frame], w, h)?;
+    let vt = engines.vision().encode(&vec![&frame[..]; n], w, h)?;
     smoke.push(format!(
-        "vision encoder: 1 frame {w}x{h} -> {:?} in {:.1} ms",
+        "vision encoder: {n} frame{} {w}x{h} -> {:?} in {:.1} ms",
+        if n == 1 { "" } else { "s" },
         vt.shape(),
         t0.elapsed().as_secs_f64() * 1e3
     ));

@@ -7,7 +7,7 @@
 //! `vision_batch_frames = 1` every call runs on its own from one buffer kept between calls.
 
 use super::error::EngineError;
-use super::manifest::{Manifest, VisionLayout};
+use super::manifest::{ClipSpec, Manifest, VisionLayout};
 use super::stats::EngineStats;
 use ort::session::Session;
 use ort::value::TensorRef;
@@ -137,6 +137,8 @@ pub struct VisionEncoder {
     output: String,
     /// `images` layout: the mask input and the square side (`None`: the `frames` layout).
     images: Option<(String, u32)>,
+    /// `clips` layout: the clip and the square side.
+    clips: Option<(ClipSpec, u32)>,
     token_px: u32,
     hidden: usize,
     max_batch: usize,
@@ -187,6 +189,7 @@ impl VisionEncoder {
                 (VisionLayout::Images, Some(mask), Some(side)) => Some((mask.clone(), side)),
                 _ => None,
             },
+            clips: m.vision.clip().zip(m.vision.image_size),
             token_px: m.vision.token_px(),
             hidden: m.text.hidden_size as usize,
             max_batch: max_batch.max(1),
@@ -202,6 +205,12 @@ impl VisionEncoder {
     /// Width of one visual token's features (the LLM's hidden size).
     pub fn hidden(&self) -> usize {
         self.hidden
+    }
+
+    /// The clip of a `clips` model: [`encode`](Self::encode) then takes whole clips of frames
+    /// and gives one item of `tokens` per clip.
+    pub fn clip(&self) -> Option<ClipSpec> {
+        self.clips.map(|(c, _)| c)
     }
 
     /// Frames per encoder run; longer inputs are encoded in several runs.
@@ -252,6 +261,9 @@ impl VisionEncoder {
         if frames.is_empty() {
             return Err(EngineError::input(MODEL, "no frames to encode"));
         }
+        if let Some((clip, side)) = self.clips {
+            return self.encode_clips(frames, width, height, clip, side);
+        }
         let (w, h) = (width as usize, height as usize);
         let frame_bytes = w * h * 3;
         if let Some((i, f)) = frames
@@ -277,6 +289,65 @@ impl VisionEncoder {
         debug_assert_eq!(data.len(), frames.len() * per_frame);
         Ok(VisualTokens {
             frames: frames.len(),
+            tokens_per_frame: tokens,
+            hidden: self.hidden,
+            data,
+        })
+    }
+
+    /// The `clips` layout: whole clips of `clip.frames` frames, one run for all of them (no
+    /// batching across cameras: a clip is already a batch of frames).
+    fn encode_clips(
+        &self,
+        frames: &[&[u8]],
+        width: u32,
+        height: u32,
+        clip: ClipSpec,
+        side: u32,
+    ) -> Result<VisualTokens, EngineError> {
+        if width != side || height != side {
+            return Err(EngineError::input(
+                MODEL,
+                format!(
+                    "frame size {width}x{height}: this encoder takes {side}x{side} frames \
+                     (vision.image_size)"
+                ),
+            ));
+        }
+        let per_clip = clip.frames as usize;
+        if !frames.len().is_multiple_of(per_clip) {
+            return Err(EngineError::input(
+                MODEL,
+                format!(
+                    "{} frames are not whole clips of {per_clip} (vision.clip_frames)",
+                    frames.len()
+                ),
+            ));
+        }
+        let plane = 3 * (side as usize) * (side as usize);
+        if let Some((i, f)) = frames.iter().enumerate().find(|(_, f)| f.len() != plane) {
+            return Err(EngineError::input(
+                MODEL,
+                format!(
+                    "frame {i} has {} bytes; {side}x{side} packed RGB is {plane}",
+                    f.len()
+                ),
+            ));
+        }
+        let clips = frames.len() / per_clip;
+        let tokens = clip.tokens as usize;
+        let mut data = Vec::with_capacity(clips * tokens * self.hidden);
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let State { session, pixels } = &mut *state;
+        pixels.resize(frames.len() * plane, 0.0);
+        for (frame, out) in frames.iter().zip(pixels.chunks_exact_mut(plane)) {
+            self.normalize_into(frame, out);
+        }
+        let s = side as usize;
+        self.run_session(session, &pixels[..], clips, s, s, tokens, &mut data)?;
+        self.count(frames.len(), false);
+        Ok(VisualTokens {
+            frames: clips,
             tokens_per_frame: tokens,
             hidden: self.hidden,
             data,
@@ -500,6 +571,12 @@ impl VisionEncoder {
         // Normalisation is excluded: the stage time is what the provider costs.
         let started = Instant::now();
         let outputs = match &self.images {
+            None if self.clips.is_some() => {
+                let f = self.clips.map_or(1, |(c, _)| c.frames as usize);
+                let value = TensorRef::from_array_view(([n, f, 3, h, w], input))
+                    .map_err(|e| EngineError::run(MODEL, e))?;
+                session.run(ort::inputs![self.input.as_str() => value])
+            }
             None => {
                 // Borrowed: ONNX Runtime reads the buffer in place on the CPU.
                 let value = TensorRef::from_array_view(([n, 3, h, w], input))

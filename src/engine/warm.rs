@@ -136,6 +136,11 @@ pub fn warm_up(
         let label = format!("vision encoder {g}");
         let (r, took) = progress.step(&label, || -> Result<(), EngineError> {
             let frame = vec![0u8; g.frame_bytes()];
+            if let Some(clip) = vision.clip() {
+                // A clips model runs one clip at a time (`memory::FrameEncoder`).
+                vision.encode(&vec![&frame[..]; clip.frames as usize], g.width, g.height)?;
+                return Ok(());
+            }
             vision.encode(&[&frame], g.width, g.height)?;
             let batch: Vec<&[u8]> = (0..vision.max_batch()).map(|_| &frame[..]).collect();
             vision.encode(&batch, g.width, g.height)?;

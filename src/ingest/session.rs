@@ -283,9 +283,10 @@ impl Session {
             "caps",
             output_caps(shared.geometry.get().copied(), fps, cfg.scaler),
         );
-        // The square model's processor stretches the frame to the square; GStreamer's scalers
-        // keep the display aspect with borders unless told not to.
-        if vision.square.is_some()
+        // SmolVLM2's processor stretches the frame to the square; GStreamer's scalers keep the
+        // display aspect with borders unless told not to (Apollo pads: its borders stay, black
+        // rather than its processor's mean).
+        if vision.square.is_some_and(|s| s.pad.is_none())
             && cfg.scaler == Scaler::Pipeline
             && scale.find_property("add-borders").is_some()
         {
@@ -322,7 +323,7 @@ impl Session {
                     cfg.uri.is_live(),
                     Scaling {
                         scaler: cfg.scaler,
-                        square: vision.square.is_some(),
+                        square: vision.square.map(|s| s.pad),
                     },
                     stopping.clone(),
                 ))
@@ -784,39 +785,52 @@ fn new_sample_handler(
     })
 }
 
-/// Who scales a camera's frames, and whether to the model's square (`VisionConfig::square`).
+/// Who scales a camera's frames, and whether to the model's square (`VisionConfig::square`:
+/// `Some(None)` stretched, `Some(Some(fill))` padded with `fill` first).
 #[derive(Debug, Clone, Copy)]
 struct Scaling {
     scaler: Scaler,
-    square: bool,
+    square: Option<Option<[u8; 3]>>,
 }
 
 /// The reference resize of a camera's model: VideoLLaMA3's processor's (one antialiased bicubic
-/// step) or, for a model of square images, SmolVLM2's processor's (two Lanczos steps).
+/// step), for a model of square images SmolVLM2's processor's (two Lanczos steps), or Apollo's
+/// (padded to a square, then bicubic).
 #[derive(Debug)]
 enum FrameScaler {
     Bicubic(Box<Resizer>),
     TwoStep(Box<super::square::FrameResize>),
+    Padded(Box<super::square::PadResize>),
 }
 
 impl FrameScaler {
-    fn new(src: (u32, u32), g: Geometry, square: bool) -> Result<FrameScaler, String> {
-        if square {
-            super::square::FrameResize::new(src.0, src.1, g.width, g.width)
-                .map(|r| FrameScaler::TwoStep(Box::new(r)))
-        } else {
-            Resizer::new(src.0, src.1, g.width, g.height).map(|r| FrameScaler::Bicubic(Box::new(r)))
+    fn new(
+        src: (u32, u32),
+        g: Geometry,
+        square: Option<Option<[u8; 3]>>,
+    ) -> Result<FrameScaler, String> {
+        match square {
+            Some(None) => super::square::FrameResize::new(src.0, src.1, g.width, g.width)
+                .map(|r| FrameScaler::TwoStep(Box::new(r))),
+            Some(Some(fill)) => super::square::PadResize::new(src.0, src.1, g.width, fill)
+                .map(|r| FrameScaler::Padded(Box::new(r))),
+            None => Resizer::new(src.0, src.1, g.width, g.height)
+                .map(|r| FrameScaler::Bicubic(Box::new(r))),
         }
         .map_err(|e| e.to_string())
     }
 
-    fn fits(&self, src: (u32, u32), g: Geometry, square: bool) -> bool {
+    fn fits(&self, src: (u32, u32), g: Geometry, square: Option<Option<[u8; 3]>>) -> bool {
+        let dst = (g.width, g.height);
         match self {
             FrameScaler::Bicubic(r) => {
-                !square && r.src_size() == src && r.dst_size() == (g.width, g.height)
+                square.is_none() && r.src_size() == src && r.dst_size() == dst
             }
             FrameScaler::TwoStep(r) => {
-                square && r.src_size() == src && r.dst_size() == (g.width, g.height)
+                square == Some(None) && r.src_size() == src && r.dst_size() == dst
+            }
+            FrameScaler::Padded(r) => {
+                matches!(square, Some(Some(_))) && r.src_size() == src && r.dst_size() == dst
             }
         }
     }
@@ -825,6 +839,7 @@ impl FrameScaler {
         match self {
             FrameScaler::Bicubic(r) => r.dst_len(),
             FrameScaler::TwoStep(r) => r.dst_len(),
+            FrameScaler::Padded(r) => r.dst_len(),
         }
     }
 
@@ -832,6 +847,7 @@ impl FrameScaler {
         match self {
             FrameScaler::Bicubic(r) => r.resize(src, stride, dst),
             FrameScaler::TwoStep(r) => r.resize(src, stride, dst),
+            FrameScaler::Padded(r) => r.resize(src, stride, dst),
         }
         .map_err(|e| e.to_string())
     }
@@ -843,7 +859,7 @@ fn scale_reference(
     buffer: &gst::BufferRef,
     info: &gst_video::VideoInfo,
     g: Geometry,
-    square: bool,
+    square: Option<Option<[u8; 3]>>,
     resizer: &mut Option<FrameScaler>,
 ) -> Result<Box<[u8]>, String> {
     let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, info)

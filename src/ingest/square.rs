@@ -77,9 +77,107 @@ impl FrameResize {
     }
 }
 
+/// Apollo's square: each frame pasted centred on a square of its longest side filled with one
+/// colour (its processor's `expand2square`, the fill being the processor's mean), then resized to
+/// `image_size` x `image_size` with the antialiased bicubic resize (docs/ENGINES.md, "Apollo").
+#[derive(Debug, Clone)]
+pub struct PadResize {
+    src: (u32, u32),
+    /// The padded square, its borders filled once; each frame overwrites only its own rows.
+    padded: Vec<u8>,
+    /// Where the frame sits in it (x, y).
+    at: (usize, usize),
+    side_src: usize,
+    resize: Resizer,
+}
+
+impl PadResize {
+    /// For `width` x `height` frames, padded with `fill` and resized to `image_size` squared.
+    pub fn new(
+        width: u32,
+        height: u32,
+        image_size: u32,
+        fill: [u8; 3],
+    ) -> Result<PadResize, ResizeError> {
+        let side = width.max(height);
+        let resize = Resizer::with_kernel(side, side, image_size, image_size, Kernel::Bicubic)?;
+        let side_src = side as usize;
+        let padded = fill
+            .iter()
+            .copied()
+            .cycle()
+            .take(side_src * side_src * 3)
+            .collect();
+        Ok(PadResize {
+            src: (width, height),
+            padded,
+            // Python's `(width - height) // 2`: the frame starts at the floor of the margin.
+            at: ((side - width) as usize / 2, (side - height) as usize / 2),
+            side_src,
+            resize,
+        })
+    }
+
+    /// The source frames' width and height.
+    pub fn src_size(&self) -> (u32, u32) {
+        self.src
+    }
+
+    /// The resized frames' width and height (square).
+    pub fn dst_size(&self) -> (u32, u32) {
+        self.resize.dst_size()
+    }
+
+    /// Bytes of one resized frame.
+    pub fn dst_len(&self) -> usize {
+        self.resize.dst_len()
+    }
+
+    /// Pads `src` (rows `stride` bytes apart) and resizes it into `dst`, a packed square frame.
+    pub fn resize(&mut self, src: &[u8], stride: usize, dst: &mut [u8]) -> Result<(), ResizeError> {
+        let (w, h) = (self.src.0 as usize, self.src.1 as usize);
+        let row = w * 3;
+        if stride < row || src.len() < stride * h.saturating_sub(1) + row {
+            return Err(ResizeError::Source {
+                len: src.len(),
+                stride,
+                width: self.src.0,
+                height: self.src.1,
+            });
+        }
+        for y in 0..h {
+            let at = ((self.at.1 + y) * self.side_src + self.at.0) * 3;
+            self.padded[at..at + row].copy_from_slice(&src[y * stride..y * stride + row]);
+        }
+        self.resize.resize(&self.padded, self.side_src * 3, dst)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wide_frame_is_centred_on_a_square_of_the_fill_colour() {
+        // 4x2 of white on a 4x4 square of (127, 127, 127), resized 1:1: rows 0 and 3 are the
+        // fill, rows 1 and 2 the frame, as `expand2square` pastes at (0, (4 - 2) // 2).
+        let mut r = PadResize::new(4, 2, 4, [127, 127, 127]).unwrap();
+        let src = vec![255u8; 4 * 2 * 3];
+        let mut dst = vec![0u8; r.dst_len()];
+        r.resize(&src, 12, &mut dst).unwrap();
+        let row = |y: usize| &dst[y * 12..(y + 1) * 12];
+        assert!(row(0).iter().all(|&v| v == 127), "{:?}", row(0));
+        assert!(row(1).iter().all(|&v| v == 255), "{:?}", row(1));
+        assert!(row(2).iter().all(|&v| v == 255));
+        assert!(row(3).iter().all(|&v| v == 127));
+        // A tall frame goes in the middle columns.
+        let mut r = PadResize::new(2, 4, 4, [0, 0, 0]).unwrap();
+        let src = vec![200u8; 2 * 4 * 3];
+        r.resize(&src, 6, &mut dst).unwrap();
+        assert_eq!(&dst[..3], &[0, 0, 0]);
+        assert_eq!(&dst[3..6], &[200, 200, 200]);
+        assert_eq!(&dst[9..12], &[0, 0, 0]);
+    }
 
     #[test]
     fn the_first_step_keeps_the_aspect_with_an_even_short_edge() {

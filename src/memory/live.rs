@@ -210,8 +210,8 @@ impl StreamPrompt {
         }
         for f in &self.frames {
             // The item renders borrow nothing from the frame but its features.
-            let time = timestamps.then(|| f.pts.as_secs_f64());
-            let item = format.frame(f.kept(), time).map_err(render_bug)?;
+            let time = timestamps.then(|| (f.pts.as_secs_f64(), f.end.as_secs_f64()));
+            let item = format.item(f.kept(), time).map_err(render_bug)?;
             let p = item.prompt(&[&f.tokens[..]], hidden).map_err(render_bug)?;
             for piece in p.pieces() {
                 prompt.push(match piece {

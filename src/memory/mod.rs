@@ -28,11 +28,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 /// One sampled frame as the model sees it: its time, which tokens DiffFP kept, and their features.
+/// For a model that encodes clips (Apollo) one item is a whole clip: `seq` is its last frame's,
+/// `pts` its first frame's time and `end` its last frame's.
 pub struct MemoryFrame {
     /// The frame's sequence number in its camera (see [`crate::ring::Frame::seq`]).
     pub seq: u64,
     /// Stream time.
     pub pts: Duration,
+    /// Stream time of the item's last frame (`pts` for a frame; a clip's last sampled frame).
+    pub end: Duration,
     /// Wall-clock time it was sampled.
     pub wall: SystemTime,
     /// DiffFP's keep flags, one per token (`None`: pruning did not run, every token kept).
@@ -451,6 +455,7 @@ mod tests {
         Arc::new(MemoryFrame {
             seq,
             pts: Duration::from_millis(pts_ms),
+            end: Duration::from_millis(pts_ms),
             wall: SystemTime::UNIX_EPOCH,
             keep: None,
             total: 84,

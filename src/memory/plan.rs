@@ -53,7 +53,8 @@ pub struct CameraPlan {
     /// Its model geometry, when fixed by `width`/`height` or given the assumed source size;
     /// otherwise (`None`) the bound below is the most tokens the resize rule gives any source.
     pub size: Option<String>,
-    /// Visual tokens per frame before pruning (DiffFP only lowers it).
+    /// Visual tokens per frame before pruning (DiffFP only lowers it); for a model that encodes
+    /// clips, a clip's tokens over its frames (Apollo-t32: 32 / 4 = 8).
     pub frame_tokens: usize,
     /// Visual tokens per second of footage before pruning: `frame_tokens` at `sample_fps` (the
     /// token budget per second a model family's findings are stated in).
@@ -136,6 +137,9 @@ pub struct Plan {
     /// Whether the family has a "when to speak" signal (`narrate = ["model"]` needs one).
     #[serde(skip)]
     pub speaks: bool,
+    /// The model's clip, if its encoder takes clips (`VisionSpec::frame_rules`).
+    #[serde(skip)]
+    pub clip: Option<crate::config::ClipFrames>,
 }
 
 /// What stops a plan from being made.
@@ -207,7 +211,10 @@ impl Plan {
             .chat_template
             .stream_timestamps
             .then_some(99_999_999.0);
-        let template = format.frame(1, time).map(|r| count(&r)).unwrap_or(0);
+        let template = format
+            .item(1, time.map(|t| (t, t)))
+            .map(|r| count(&r))
+            .unwrap_or(0);
         // The frame-size rule `run` uses: the model's own when it declares one.
         let vision = manifest.vision.frame_rules(config.vision);
         let cameras: Vec<CameraPlan> = config
@@ -296,6 +303,7 @@ impl Plan {
             device: None,
             square: vision.square,
             speaks: format.speak_signal(&manifest.special_tokens).is_some(),
+            clip: vision.clip,
         })
     }
 
@@ -346,6 +354,25 @@ impl Plan {
                         self.family,
                         self.model.join("manifest.toml").display(),
                         side = sq.side
+                    ),
+                ));
+            }
+            if let Some(clip) = self.clip
+                && (cam.sample_fps - clip.fps()).abs() > 1e-9
+            {
+                out.push((
+                    format!("cameras[{index}].sample_fps"),
+                    format!(
+                        "camera {}: family `{}` encodes clips of {} frames over {} s ({}), so \
+                         frames must be sampled at {} fps, got {}; set sample_fps = {}",
+                        c.camera,
+                        self.family,
+                        clip.frames,
+                        clip.secs,
+                        self.model.join("manifest.toml").display(),
+                        clip.fps(),
+                        cam.sample_fps,
+                        clip.fps()
                     ),
                 ));
             }
@@ -583,10 +610,25 @@ fn camera_plan(
             None => (None, most_frame_tokens(frames_per_request, vision)),
         },
     };
-    let frame_positions = frame_tokens + shape.template;
-    // As the live cache counts them: stale frames beyond floor(slack x window) are dropped.
-    let window_cache_frames =
-        window_frames + 1 + (shape.slack * window_frames as f64).floor() as usize;
+    // A model that encodes clips: a memory item is a clip of `clip.frames` frames and
+    // `clip.tokens` tokens, whatever the frames held.
+    let (frame_tokens, item_tokens, items, tokens_per_second) = match vision.clip {
+        Some(clip) => (
+            clip.tokens.div_ceil(clip.frames) as usize,
+            clip.tokens as usize,
+            window_frames.div_ceil(clip.frames as usize),
+            f64::from(clip.tokens) / clip.secs,
+        ),
+        None => (
+            frame_tokens,
+            frame_tokens,
+            window_frames,
+            frame_tokens as f64 * c.sample_fps,
+        ),
+    };
+    let frame_positions = item_tokens + shape.template;
+    // As the live cache counts them: stale items beyond floor(slack x window) are dropped.
+    let window_cache_frames = items + 1 + (shape.slack * items as f64).floor() as usize;
     let window_positions = shape.prefix + window_cache_frames * frame_positions;
     let budget = c
         .cache
@@ -609,7 +651,7 @@ fn camera_plan(
         policy: c.cache.policy.name(),
         size,
         frame_tokens,
-        tokens_per_second: frame_tokens as f64 * c.sample_fps,
+        tokens_per_second,
         frame_positions,
         window_frames,
         window_cache_frames,
@@ -624,7 +666,7 @@ fn camera_plan(
         } else {
             0
         },
-        features_bytes: window_frames as u64 * frame_tokens as u64 * hidden * 4,
+        features_bytes: items as u64 * item_tokens as u64 * hidden * 4,
     }
 }
 

@@ -229,6 +229,22 @@ struct ActiveEvent {
     pick: Pick,
 }
 
+/// A sampled frame as the triggers see it, from DiffFP's decision on it (a frame DiffFP did not
+/// look at is whole: a key frame).
+fn frame_signal(frame: &Frame) -> FrameSignal {
+    let (kept, total, key_frame) = frame
+        .tokens
+        .as_ref()
+        .map_or((0, 0, true), |t| (t.kept, t.keep.len(), t.key_frame));
+    FrameSignal {
+        pts: frame.pts,
+        wall: frame.wall_time,
+        kept,
+        total,
+        key_frame,
+    }
+}
+
 fn unix_secs(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -387,13 +403,36 @@ impl CameraWatch {
         let reused = encoded.iter().filter(|f| f.reused).count() as u64;
         let stats = self.stats();
         stats.frames_reused.fetch_add(reused, Ordering::Relaxed);
-        stats
-            .frames_encoded
-            .fetch_add(encoded.len() as u64 - reused, Ordering::Relaxed);
+        // A clip is its frames, each run through the encoder.
+        let per_item = vision.clip().map_or(1, |c| u64::from(c.frames));
+        stats.frames_encoded.fetch_add(
+            (encoded.len() as u64 - reused) * per_item,
+            Ordering::Relaxed,
+        );
         let encoded: Vec<Arc<MemoryFrame>> = encoded.into_iter().map(Arc::new).collect();
         self.memory.push(&encoded);
 
         let t0 = Instant::now();
+        if vision.clip().is_some() {
+            // Clips: the clips these frames completed go into the live cache at once; the
+            // triggers see every sampled frame, with DiffFP's view of it (a clip keeps all its
+            // tokens, so its own count says nothing of change).
+            if !encoded.is_empty() {
+                if self.extend(&encoded).is_err() {
+                    return;
+                }
+                self.stats().append.observe(t0.elapsed());
+            }
+            for frame in chunk {
+                self.observe(frame_signal(frame), frame, None, fired);
+            }
+            if !encoded.is_empty()
+                && let Some(live) = &self.live
+            {
+                self.memory.set_live(Some(Arc::new(live.view())));
+            }
+            return;
+        }
         let model = self.opts.camera.narrate.triggers.model;
         let manifest = self.generator.engines().manifest();
         let signal = crate::family::stream(manifest.family)
@@ -424,7 +463,14 @@ impl CameraWatch {
                 let last = i + 1 == group.len();
                 let frame = &chunk[at + i];
                 debug_assert_eq!(frame.seq, f.seq);
-                self.observe(f, frame, if last { speak } else { None }, fired);
+                let signal = FrameSignal {
+                    pts: f.pts,
+                    wall: f.wall,
+                    kept: f.kept(),
+                    total: f.total,
+                    key_frame: f.key_frame,
+                };
+                self.observe(signal, frame, if last { speak } else { None }, fired);
             }
             at += group.len();
         }
@@ -446,7 +492,15 @@ impl CameraWatch {
                     .budget
                     .map_or(self.opts.budget, |b| self.opts.budget.min(b as usize)),
                 slack: self.opts.slack,
-                window_frames: self.opts.camera.window_frames(),
+                // Memory items: clips for a model that encodes clips.
+                window_frames: match generator.engines().vision().clip() {
+                    Some(clip) => self
+                        .opts
+                        .camera
+                        .window_frames()
+                        .div_ceil(clip.frames as usize),
+                    None => self.opts.camera.window_frames(),
+                },
                 policy: cache.policy,
             };
             let memory = self.memory.snapshot().frames;
@@ -502,21 +556,15 @@ impl CameraWatch {
 
     fn observe(
         &mut self,
-        f: &MemoryFrame,
+        signal: FrameSignal,
         frame: &Arc<Frame>,
         speak: Option<f64>,
         fired: &mut Vec<Fired>,
     ) {
-        let signal = FrameSignal {
-            pts: f.pts,
-            wall: f.wall,
-            kept: f.kept(),
-            total: f.total,
-            key_frame: f.key_frame,
-        };
+        let f = &signal;
         let span = self.narrator.span_start().unwrap_or((f.pts, f.wall));
         let obs = self.narrator.observe(&signal, speak);
-        let change = (!f.key_frame).then(|| f.kept_ratio());
+        let change = (!f.key_frame).then(|| f.ratio());
         self.span_pick.see(frame, change);
         if let Some(ev) = &mut self.event {
             ev.pick.see(frame, change);
@@ -536,13 +584,13 @@ impl CameraWatch {
                 if let Some(p) = &self.outputs.publisher {
                     p.activity(&self.memory.camera, true);
                 }
-                self.emit(EventType::New, at, f.kept_ratio(), None, snapshot, None);
+                self.emit(EventType::New, at, f.ratio(), None, snapshot, None);
             }
             Some(ChangeKind::End) => {
                 let best = self.event.as_ref().and_then(|e| e.pick.frame().cloned());
                 let id = self.event.as_ref().map(|e| format!("{}-end", e.id));
                 let snapshot = id.and_then(|id| self.snapshot(&id, best.as_ref()));
-                self.emit(EventType::End, at, f.kept_ratio(), None, snapshot, None);
+                self.emit(EventType::End, at, f.ratio(), None, snapshot, None);
                 self.event = None;
                 if let Some(p) = &self.outputs.publisher {
                     p.activity(&self.memory.camera, false);

@@ -1,15 +1,29 @@
 //! Apollo (docs/REFERENCE.md §2): its prompt (a header sentence, clip lines joined by `,\n`, the
 //! question) and what it takes to render one, Python's number words and `timedelta` text among
-//! them. Apollo cannot watch a live camera yet: its clip encoders (two, concatenated, then a
-//! Perceiver resampler) are not in the runtime, so its shape has no streaming format.
+//! them, and the live format a camera's clips go in.
 //!
 //! ```text
 //! apollo    header + "{s:.1}-{e:.1} seconds: "[32] joined by ",\n" + "\n\n" + {q}
 //! ```
+//!
+//! A live camera's memory items are clips (the vision encoder's `clips` layout: 4 frames
+//! sampled at 2 fps in, 32 tokens out, `memory::FrameEncoder`). Apollo has no streaming format,
+//! so the live one is built from its video prompt (docs/ENGINES.md, "Apollo on a live camera"):
+//! one user turn of clip lines, each ending in the `,\n` that joins them, until a question closes
+//! the turn; the header sentence loses the clip count and duration a live camera does not have.
+//!
+//! ```text
+//! live   [<|im_start|>system\n\n{system}<|im_end|>\n]<|im_start|>user\nYou are provided the following series of clips from a live video.\n
+//!        {s:.1}-{e:.1} seconds: <|video_token|>×32,\n                     … per clip
+//!        \n{question}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>\n<|im_start|>user\n  … next clips
+//! ```
+//!
+//! Apollo has no "when to speak" signal: its cameras narrate on `interval` and `change`.
 
 use super::words::{number_words, timedelta_str};
 use super::{Family, Shape, StreamFormat};
-use crate::generate::render::{RenderError, Rendered, check_times, time_1dp};
+use crate::engine::SpecialTokens;
+use crate::generate::render::{RenderError, Rendered, Role, check_times, template_text, time_1dp};
 
 /// Apollo's video placeholder (docs/REFERENCE.md §2).
 pub const VIDEO_PLACEHOLDER: &str = "<|video_token|>";
@@ -27,11 +41,76 @@ impl Shape for Apollo {
     }
 
     fn stream(&self) -> Result<&dyn StreamFormat, String> {
-        Err(
-            "family `apollo` cannot watch live cameras yet: its clip encoders are not \
-             implemented (videollama3 and tiny use the streaming format)"
-                .into(),
-        )
+        Ok(self)
+    }
+}
+
+/// What opens the user turn of a live camera's clips (the video prompt's header, without the
+/// clip count and duration a live camera does not have).
+pub const LIVE_INTRO: &str = "You are provided the following series of clips from a live video.\n";
+
+impl StreamFormat for Apollo {
+    fn prefix(&self, system: Option<&str>) -> Rendered {
+        let mut r = Rendered::new(VIDEO_PLACEHOLDER);
+        if let Some(system) = system.filter(|s| !s.is_empty()) {
+            // `conv_qwen`'s system turn, with its blank line.
+            r.template("<|im_start|>system\n\n");
+            r.template(system);
+            r.template("<|im_end|>\n");
+        }
+        r.template("<|im_start|>user\n");
+        r.template(LIVE_INTRO);
+        r
+    }
+
+    fn frame(&self, kept: usize, time_secs: Option<f64>) -> Result<Rendered, RenderError> {
+        self.item(kept, time_secs.map(|t| (t, t)))
+    }
+
+    fn item(&self, kept: usize, time: Option<(f64, f64)>) -> Result<Rendered, RenderError> {
+        if kept == 0 {
+            return Err(RenderError::NothingKept { index: 0 });
+        }
+        // Clip lines always carry their times; a manifest without `stream_timestamps` gets
+        // 0.0-0.0 (`engines/apollo/generate.py` writes it on).
+        let (start, end) = time.unwrap_or((0.0, 0.0));
+        check_times(std::iter::once(start))?;
+        if !end.is_finite() || end < start {
+            return Err(RenderError::ClipEnd {
+                index: 0,
+                start,
+                end,
+            });
+        }
+        let mut r = Rendered::new(VIDEO_PLACEHOLDER);
+        r.template(&format!("{}-{} seconds: ", time_1dp(start), time_1dp(end)));
+        r.visual(kept);
+        r.template(",\n");
+        Ok(r)
+    }
+
+    fn ask(&self, _role: Role, text: &str) -> Rendered {
+        // After the last clip's `,\n`: the video prompt's blank line before the question.
+        let mut r = Rendered::new(VIDEO_PLACEHOLDER);
+        r.untrusted(&format!("\n{text}"));
+        r.template("<|im_end|>\n<|im_start|>assistant\n");
+        r
+    }
+
+    fn speak(&self) -> Rendered {
+        template_text("<|im_end|>\n<|im_start|>assistant\n")
+    }
+
+    fn speak_signal(&self, _special: &SpecialTokens) -> Option<(u32, u32)> {
+        None
+    }
+
+    fn turn_close(&self, ended: bool) -> Rendered {
+        template_text(if ended {
+            "\n<|im_start|>user\n"
+        } else {
+            "<|im_end|>\n<|im_start|>user\n"
+        })
     }
 }
 
