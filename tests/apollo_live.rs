@@ -162,6 +162,8 @@ async fn apollo_watches_a_camera_in_clips_of_four_frames_and_answers() {
     let cam = cameras.iter().find(|c| c.camera == "yard").unwrap();
     assert_eq!(cam.geometry.as_deref(), Some("56x56"), "{cam:?}");
     assert_eq!(cam.family, Some(Family::Apollo), "{cam:?}");
+    // A frame's share of its clip: 32 tokens over 4 frames.
+    assert_eq!(cam.tokens_per_frame, Some(8), "{cam:?}");
     let memory = cam.memory.unwrap();
     // Every clip went through the encoder once; the cache holds the prefix and whole clips.
     assert!(memory.frames_encoded >= 8, "{memory:?}");
@@ -261,4 +263,59 @@ fn validate_refuses_a_sample_rate_the_clips_cannot_take_and_plan_counts_clip_tok
         assert!(msg.contains("cameras[0].sample_fps"), "{msg}");
         assert!(msg.contains("sampled at 2 fps"), "{msg}");
     }
+}
+
+#[test]
+fn a_model_directory_that_does_not_match_the_clips_layout_is_refused_with_file_and_expectation() {
+    let dir = common::tempdir::tempdir("apollo-bad");
+    let copy = |to: &Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for f in std::fs::read_dir(apollo_dir()).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
+        }
+    };
+    let check = |model: &Path| {
+        let out = edgevlm()
+            .args(["engines", "check"])
+            .arg(model)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        text(&out)
+    };
+    // A clips manifest without its clip.
+    let model = dir.path().join("no-clip");
+    copy(&model);
+    let manifest = model.join("manifest.toml");
+    let m = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, m.replace("clip_frames = 4\n", "")).unwrap();
+    let msg = check(&model);
+    assert!(
+        msg.contains("manifest.toml") && msg.contains("vision.clip_frames"),
+        "{msg}"
+    );
+    // A frames encoder (the tiny model's) where the manifest says clips: the file, the tensor
+    // and the expected signature are named.
+    let model = dir.path().join("frames-encoder");
+    copy(&model);
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("engines/tiny/model/vision_encoder.onnx"),
+        model.join("vision_encoder.onnx"),
+    )
+    .unwrap();
+    let manifest = model.join("manifest.toml");
+    let m = std::fs::read_to_string(&manifest).unwrap();
+    let m = m
+        .lines()
+        .filter(|l| !l.starts_with("\"vision_encoder.onnx\""))
+        .collect::<Vec<_>>();
+    std::fs::write(&manifest, m.join("\n")).unwrap();
+    let msg = check(&model);
+    assert!(
+        msg.contains("vision_encoder.onnx")
+            && msg.contains("`pixel_values`")
+            && msg.contains("[clips, 4, 3, 56, 56]"),
+        "{msg}"
+    );
 }

@@ -21,6 +21,10 @@ pub struct Geometry {
     /// Pixels per visual token side: [`TOKEN_PX`], or the square model's (64 for SmolVLM2).
     #[serde(skip)]
     pub token_px: u32,
+    /// For a model that encodes clips (Apollo): the visual tokens a frame is worth, its clip's
+    /// tokens over its frames (what [`tokens`](Self::tokens) reports instead of the grid).
+    #[serde(skip)]
+    pub clip_share: Option<u32>,
 }
 
 impl Geometry {
@@ -30,6 +34,7 @@ impl Geometry {
             width,
             height,
             token_px: TOKEN_PX,
+            clip_share: None,
         }
     }
 
@@ -40,11 +45,15 @@ impl Geometry {
             width,
             height,
             token_px: vision.square.map_or(TOKEN_PX, |s| s.token_px),
+            clip_share: clip_share(vision),
         }
     }
 
-    /// Visual tokens per frame (after the encoder's merge).
+    /// Visual tokens per frame (after the encoder's merge; a clip's share for a clips model).
     pub fn tokens(&self) -> u32 {
+        if let Some(share) = self.clip_share {
+            return share;
+        }
         let px = self.token_px.max(1);
         (self.width / px) * (self.height / px)
     }
@@ -123,7 +132,13 @@ pub fn processor_geometry(
         width: wb as u32,
         height: hb as u32,
         token_px: factor.max(1),
+        clip_share: None,
     })
+}
+
+/// A frame's share of its clip's tokens, for a model that encodes clips.
+fn clip_share(vision: &VisionConfig) -> Option<u32> {
+    vision.clip.map(|c| c.tokens.div_ceil(c.frames.max(1)))
 }
 
 /// The geometry a camera's frames get: the model's square when its encoder takes fixed images,
@@ -135,6 +150,7 @@ pub fn camera_geometry(src_w: u32, src_h: u32, frames: u32, vision: &VisionConfi
             width: s.side,
             height: s.side,
             token_px: s.token_px,
+            clip_share: clip_share(vision),
         };
     }
     match &vision.processor {
