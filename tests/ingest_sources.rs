@@ -78,6 +78,43 @@ fn write_to_eos(launch: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_slower_than_the_sample_rate_gives_every_frame_of_its_own() {
+    // 6 frames at 1 fps sampled at 2 fps: `videorate drop-only=true` cannot raise the rate, and
+    // caps fixed at 2/1 failed to negotiate (the camera never started); now every source frame
+    // comes through, one a second, none duplicated.
+    let path = std::env::temp_dir().join(format!("edgevlm-src-1fps-{}.mp4", std::process::id()));
+    write_h264(&path, 6, 1, "");
+    let cfg = Config::parse(
+        &format!(
+            "[[cameras]]\nid = \"slow\"\nuri = \"file://{}\"\nsample_fps = 2\nwindow_secs = 60\n",
+            path.display()
+        ),
+        None,
+    )
+    .unwrap();
+    let sup = Supervisor::start(&cfg);
+    let cam = sup.camera("slow").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || cam.status().state
+            == CameraState::Stopped)
+        .await
+    );
+    assert_eq!(cam.status().reason.as_deref(), Some("end of file"));
+    let pts: Vec<f64> = cam
+        .window
+        .last(100)
+        .iter()
+        .map(|f| f.pts.as_secs_f64())
+        .collect();
+    assert_eq!(pts.len(), 6, "{pts:?}");
+    for (i, t) in pts.iter().enumerate() {
+        assert!((t - i as f64).abs() < 0.07, "{pts:?}");
+    }
+    sup.shutdown(Duration::from_secs(5)).await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_is_sampled_by_timestamp_and_the_camera_stops_at_its_end() {
     let file = h264_file();
     let cfg = Config::parse(

@@ -28,9 +28,10 @@ pub(crate) struct EvalArgs {
     /// Live-cache budget of the clip cameras in positions (default: the model's context less the reserve).
     #[arg(long)]
     cache_budget: Option<u32>,
-    /// Sampling rate of the clip cameras.
-    #[arg(long, default_value_t = 1.0)]
-    sample_fps: f64,
+    /// Sampling rate of the clip cameras (default: 1, or the clips' rate for a model that encodes
+    /// clips: 2 for Apollo).
+    #[arg(long)]
+    sample_fps: Option<f64>,
     /// DiffFP mode of the video condition: reference, adaptive or off.
     #[arg(long, default_value = "reference")]
     prune: String,
@@ -103,9 +104,15 @@ pub(crate) fn eval(args: EvalArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A model of clips samples at its clips' rate (`validate` refuses any other); an unreadable
+    // manifest is the run's to report.
+    let clip_fps = edgevlm::engine::Manifest::load(&args.model)
+        .ok()
+        .and_then(|m| m.vision.clip())
+        .map(|c| c.fps());
     let opts = EvalOptions {
         model_dir: args.model,
-        sample_fps: args.sample_fps,
+        sample_fps: args.sample_fps.or(clip_fps).unwrap_or(1.0),
         window_secs: args.window_secs,
         cache: CacheConfig {
             policy,

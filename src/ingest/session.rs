@@ -571,12 +571,14 @@ fn set_from_str(el: &gst::Element, name: &str, value: &str) -> Result<(), String
     set_checked(el, name, v)
 }
 
-/// The caps the template delivers: RGB at the sample rate; with [`Scaler::Pipeline`] at the model
-/// geometry once known, with [`Scaler::Reference`] at the source size (the sample handler scales).
+/// The caps the template delivers: RGB at the sample rate at most (a slower source at its own
+/// rate: `videorate drop-only=true` cannot raise a rate, and a fixed rate above the source's fails
+/// to negotiate); with [`Scaler::Pipeline`] at the model geometry once known, with
+/// [`Scaler::Reference`] at the source size (the sample handler scales).
 fn output_caps(geometry: Option<Geometry>, fps: gst::Fraction, scaler: Scaler) -> gst::Caps {
     let b = gst_video::VideoCapsBuilder::new()
         .format(gst_video::VideoFormat::Rgb)
-        .framerate(fps);
+        .framerate_range(gst::Fraction::new(0, 1)..=fps);
     if scaler == Scaler::Reference {
         return b.build();
     }
