@@ -618,7 +618,9 @@ impl VisionEncoder {
             ));
         }
         data.extend_from_slice(out);
-        self.stats.record_vision(n, started.elapsed());
+        // Frames, whatever the layout: a clip counts its frames.
+        let frames = n * self.clips.map_or(1, |(c, _)| c.frames as usize);
+        self.stats.record_vision(frames, started.elapsed());
         Ok(())
     }
 
