@@ -23,6 +23,8 @@
 
 mod common;
 
+use common::{median_and_fastest, ms};
+
 use edgevlm::engine::{EngineOptions, Engines};
 use edgevlm::family::apollo::{self, ApolloVideo, ClipSlot, ConfigNumber};
 use edgevlm::generate::render::Role;
@@ -46,15 +48,6 @@ fn frame(i: usize, side: usize) -> Vec<u8> {
         px[2] = 90;
     }
     out
-}
-
-fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
-    v.sort();
-    (v[v.len() / 2], v[0])
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn main() {
@@ -104,7 +97,7 @@ fn main() {
                 t.elapsed()
             })
             .collect();
-        let (median, best) = stats(times);
+        let (median, best) = median_and_fastest(times);
         println!(
             "{dev}/clips/{n}: median {:.2} ms ({:.0} frames/s), fastest {:.2} ms",
             ms(median),
@@ -154,9 +147,9 @@ fn main() {
         step.push(st.elapsed());
         tokens = d.finish().prompt_tokens;
     }
-    let (t_med, t_best) = stats(ttft);
-    let (p_med, _) = stats(prefill);
-    let (s_med, _) = stats(step);
+    let (t_med, t_best) = median_and_fastest(ttft);
+    let (p_med, _) = median_and_fastest(prefill);
+    let (s_med, _) = median_and_fastest(step);
     println!(
         "{dev}/ttft/{FRAMES}: median {:.1} ms, fastest {:.1} ms ({tokens} prompt tokens, {clips} clips)",
         ms(t_med),
@@ -204,7 +197,7 @@ fn main() {
             t.elapsed()
         })
         .collect();
-    let (m_med, m_best) = stats(memory);
+    let (m_med, m_best) = median_and_fastest(memory);
     println!(
         "{dev}/memory/{FRAMES}: median {:.2} ms, fastest {:.2} ms to the first token from a cache of \
          {} positions ({:.0}x the re-encoding request's median)",
@@ -229,7 +222,7 @@ fn main() {
             t.elapsed()
         })
         .collect();
-    let (a_med, _) = stats(append);
+    let (a_med, _) = median_and_fastest(append);
     println!(
         "{dev}/append/{FRAMES}: median {:.2} ms per new clip's line ({} positions) after {clips} clips",
         ms(a_med),

@@ -26,6 +26,8 @@
 
 mod common;
 
+use common::{median_and_fastest, ms};
+
 use edgevlm::engine::{EngineOptions, Engines};
 use edgevlm::family::smolvlm2;
 use edgevlm::generate::render::{FrameSlot, Role};
@@ -53,15 +55,6 @@ fn frame(i: usize) -> Vec<u8> {
         px[2] = 90;
     }
     out
-}
-
-fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
-    v.sort();
-    (v[v.len() / 2], v[0])
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn main() {
@@ -108,7 +101,7 @@ fn main() {
                 t.elapsed()
             })
             .collect();
-        let (median, best) = stats(times);
+        let (median, best) = median_and_fastest(times);
         println!(
             "{dev}/vision/{n}: median {:.0} ms ({:.2} frames/s), fastest {:.0} ms",
             ms(median),
@@ -151,9 +144,9 @@ fn main() {
         step.push(s.elapsed());
         tokens = d.finish().prompt_tokens;
     }
-    let (t_med, t_best) = stats(ttft);
-    let (p_med, p_best) = stats(prefill);
-    let (s_med, _) = stats(step);
+    let (t_med, t_best) = median_and_fastest(ttft);
+    let (p_med, p_best) = median_and_fastest(prefill);
+    let (s_med, _) = median_and_fastest(step);
     println!(
         "{dev}/ttft/{FRAMES}: median {:.1} s, fastest {:.1} s ({tokens} prompt tokens)",
         t_med.as_secs_f64(),
@@ -204,7 +197,7 @@ fn main() {
         memory.push(t.elapsed());
         std::hint::black_box(first.id);
     }
-    let (m_med, m_best) = stats(memory);
+    let (m_med, m_best) = median_and_fastest(memory);
     println!(
         "{dev}/memory/{FRAMES}: median {:.0} ms, fastest {:.0} ms to the first token from a cache of \
          {} positions ({:.0}x the re-encoding request's median)",
@@ -222,7 +215,7 @@ fn main() {
             t.elapsed()
         })
         .collect();
-    let (a_med, _) = stats(append);
+    let (a_med, _) = median_and_fastest(append);
     println!(
         "{dev}/append/{FRAMES}: median {:.0} ms per new frame's item ({} positions) after {FRAMES} frames",
         ms(a_med),

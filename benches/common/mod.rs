@@ -46,3 +46,17 @@ pub fn rss_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// The median and the fastest of some timings (the plain harnesses of the family benches: on a
+/// shared machine contention only adds time, so the fastest is the cleaner figure).
+pub fn median_and_fastest(
+    mut v: Vec<std::time::Duration>,
+) -> (std::time::Duration, std::time::Duration) {
+    v.sort();
+    (v[v.len() / 2], v[0])
+}
+
+/// Milliseconds of a duration.
+pub fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
