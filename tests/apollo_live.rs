@@ -7,8 +7,8 @@
 mod common;
 mod engine_common;
 
-use common::edgevlm;
 use common::mqtt::free_port;
+use common::{curl_json as curl, edgevlm, output_text as text};
 use edgevlm::config::Config;
 use edgevlm::engine::{Engines, Manifest, Tokenizer};
 use edgevlm::family::{self, Family};
@@ -30,14 +30,6 @@ fn apollo_dir() -> PathBuf {
         dir.display()
     );
     dir
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]
@@ -98,22 +90,6 @@ fn the_clip_encoder_gives_the_reference_tokens_of_a_clip() {
     assert!(err.to_string().contains("whole clips of 4"), "{err}");
     let err = e.vision().encode(&refs, 28, 28).unwrap_err();
     assert!(err.to_string().contains("56x56"), "{err}");
-}
-
-/// `curl -s` with `args`: (HTTP status, body as JSON).
-fn curl(url: &str, args: &[&str]) -> (u16, Value) {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "120", "-w", "\n%{http_code}"])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl");
-    let body = String::from_utf8_lossy(&out.stdout).to_string();
-    let (json, status) = body.rsplit_once('\n').expect("status line");
-    (
-        status.trim().parse().unwrap_or(0),
-        serde_json::from_str(json).unwrap_or(Value::Null),
-    )
 }
 
 fn config(state: &Path, sample_fps: &str, extra: &str) -> String {

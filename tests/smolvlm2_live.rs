@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::edgevlm;
 use common::mqtt::free_port;
 use common::smolvlm2::{download, init};
+use common::{curl_json as curl, edgevlm, output_text as text};
 use edgevlm::config::Config;
 use edgevlm::engine::{Manifest, Tokenizer};
 use edgevlm::family::{self, Family};
@@ -18,18 +18,9 @@ use edgevlm::runtime::{Runtime, RuntimeOptions};
 use edgevlm::supervisor::CameraState;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 const BOUND: Duration = Duration::from_secs(120);
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// A downloaded directory with the manifest `engines init` writes.
 fn model() -> common::tempdir::TempDir {
@@ -37,22 +28,6 @@ fn model() -> common::tempdir::TempDir {
     let out = init(tmp.path());
     assert!(out.status.success(), "{}", text(&out));
     tmp
-}
-
-/// `curl -s` with `args`: (HTTP status, body as JSON).
-fn curl(url: &str, args: &[&str]) -> (u16, Value) {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "120", "-w", "\n%{http_code}"])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl");
-    let body = String::from_utf8_lossy(&out.stdout).to_string();
-    let (json, status) = body.rsplit_once('\n').expect("status line");
-    (
-        status.trim().parse().unwrap_or(0),
-        serde_json::from_str(json).unwrap_or(Value::Null),
-    )
 }
 
 fn config(model: &Path, state: &Path, extra: &str) -> String {

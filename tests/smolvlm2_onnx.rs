@@ -9,8 +9,8 @@
 
 mod common;
 
-use common::edgevlm;
 use common::smolvlm2::{download, init};
+use common::{edgevlm, output_text as text};
 use edgevlm::engine::{EngineOptions, Engines, LogitRows, Tokenizer};
 use edgevlm::family::smolvlm2;
 use edgevlm::generate::render::FrameSlot;
@@ -22,14 +22,6 @@ fn check(dir: &Path) -> std::process::Output {
         .arg(dir)
         .output()
         .unwrap()
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn read_f32(path: &Path) -> Vec<f32> {

@@ -32,6 +32,32 @@ pub async fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bo
     }
 }
 
+/// A finished command's stdout and stderr, for assertion messages.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `curl -s` with `args` against `url` (a real HTTP client): (HTTP status, body as JSON, `Null`
+/// when it is not JSON).
+pub fn curl_json(url: &str, args: &[&str]) -> (u16, serde_json::Value) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "120", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    let body = String::from_utf8_lossy(&out.stdout).to_string();
+    let (json, status) = body.rsplit_once('\n').expect("status line");
+    (
+        status.trim().parse().unwrap_or(0),
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
 /// One sample's value on the `/metrics` page served on `port`; `None` while the page does not
 /// answer or lacks the sample.
 pub fn metric(port: u16, name: &str) -> Option<f64> {
