@@ -206,6 +206,17 @@ pub enum VisionLayout {
     Clips,
 }
 
+impl VisionLayout {
+    /// The manifest's name of the layout.
+    pub fn name(self) -> &'static str {
+        match self {
+            VisionLayout::Frames => "frames",
+            VisionLayout::Images => "images",
+            VisionLayout::Clips => "clips",
+        }
+    }
+}
+
 /// A `clips` model's clip: how many frames, over how long, and the tokens it becomes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClipSpec {
@@ -642,6 +653,17 @@ impl Manifest {
                 p.min_pixels, p.max_pixels, p.max_frames
             ));
         }
+        // The `images` and `clips` layouts take one square side.
+        let square_side = || match v.image_size {
+            Some(side) if side > 0 && side.is_multiple_of(v.token_px()) => Ok(()),
+            other => Err(format!(
+                "vision.image_size: layout = \"{}\" needs a square side that is a positive \
+                 multiple of patch_size x merge_size ({}), got {}",
+                v.layout.name(),
+                v.token_px(),
+                other.map_or("none".into(), |s| s.to_string())
+            )),
+        };
         match v.layout {
             VisionLayout::Frames => {
                 if v.pixel_mask.is_some() || v.image_size.is_some() {
@@ -653,15 +675,7 @@ impl Manifest {
                 }
             }
             VisionLayout::Clips => {
-                let side = v.image_size.unwrap_or(0);
-                if side == 0 || !side.is_multiple_of(v.token_px()) {
-                    return Err(format!(
-                        "vision.image_size: layout = \"clips\" needs a square side that is a \
-                         positive multiple of patch_size x merge_size ({}), got {}",
-                        v.token_px(),
-                        v.image_size.map_or("none".into(), |s| s.to_string())
-                    ));
-                }
+                square_side()?;
                 match (v.clip_frames, v.clip_secs, v.clip_tokens) {
                     (Some(f), Some(s), Some(t)) if f > 0 && t > 0 && s.is_finite() && s > 0.0 => {}
                     (f, s, t) => {
@@ -684,15 +698,7 @@ impl Manifest {
                             .into(),
                     );
                 }
-                let side = v.image_size.unwrap_or(0);
-                if side == 0 || !side.is_multiple_of(v.token_px()) {
-                    return Err(format!(
-                        "vision.image_size: layout = \"images\" needs a square side that is a \
-                         positive multiple of patch_size x merge_size ({}), got {}",
-                        v.token_px(),
-                        v.image_size.map_or("none".into(), |s| s.to_string())
-                    ));
-                }
+                square_side()?;
             }
         }
         if v.layout != VisionLayout::Clips
@@ -703,19 +709,14 @@ impl Manifest {
             );
         }
         // What the family's files and formats need of the manifest.
-        let layout_name = |l: VisionLayout| match l {
-            VisionLayout::Frames => "frames",
-            VisionLayout::Images => "images",
-            VisionLayout::Clips => "clips",
-        };
         if let Some(want) = self.family.vision_layout()
             && want != v.layout
         {
             return Err(format!(
                 "vision.layout: family `{}` takes layout = \"{}\", got \"{}\"",
                 self.family,
-                layout_name(want),
-                layout_name(v.layout)
+                want.name(),
+                v.layout.name()
             ));
         }
         let named: Vec<&str> = self
