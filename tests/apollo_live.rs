@@ -8,13 +8,10 @@ mod common;
 mod engine_common;
 
 use common::mqtt::free_port;
-use common::{curl_json as curl, edgevlm, output_text as text};
-use edgevlm::config::Config;
+use common::{edgevlm, live, output_text as text};
 use edgevlm::engine::{Engines, Manifest, Tokenizer};
 use edgevlm::family::{self, Family};
 use edgevlm::generate::render::{Rendered, Role, template_text};
-use edgevlm::runtime::{Runtime, RuntimeOptions};
-use edgevlm::supervisor::CameraState;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -113,29 +110,8 @@ async fn apollo_watches_a_camera_in_clips_of_four_frames_and_answers() {
         "2",
         &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"),
     );
-    let config = Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"));
-    let rt = Runtime::start(config, RuntimeOptions::default())
-        .await
-        .expect("the runtime starts");
-
     // Two clips in memory: eight frames sampled at 2 fps, padded to the model's square.
-    let mut reports = rt.reports();
-    let ready = |s: &edgevlm::telemetry::control::Snapshot| {
-        s.cameras.iter().any(|c| {
-            c.camera == "yard"
-                && c.state == CameraState::Running
-                && c.memory.as_ref().is_some_and(|m| m.frames >= 2)
-        })
-    };
-    let settled = tokio::time::timeout(BOUND, reports.wait_for(ready))
-        .await
-        .is_ok();
-    let cameras = reports.borrow().cameras.clone();
-    if !settled {
-        rt.shutdown().await;
-        panic!("no clips in memory: {cameras:?}");
-    }
-    let cam = cameras.iter().find(|c| c.camera == "yard").unwrap();
+    let (rt, cam) = live::watching(&text, "yard", 2, BOUND).await;
     assert_eq!(cam.geometry.as_deref(), Some("56x56"), "{cam:?}");
     assert_eq!(cam.family, Some(Family::Apollo), "{cam:?}");
     // A frame's share of its clip: 32 tokens over 4 frames.
@@ -144,16 +120,7 @@ async fn apollo_watches_a_camera_in_clips_of_four_frames_and_answers() {
     // Every clip went through the encoder once; the cache holds the prefix and whole clips.
     assert!(memory.frames_encoded >= 8, "{memory:?}");
 
-    let base = format!("http://127.0.0.1:{port}");
-    let (status, a) = curl(
-        &format!("{base}/v1/cameras/yard/questions"),
-        &[
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            r#"{"question":"What is moving?","max_tokens":4}"#,
-        ],
-    );
+    let (status, a) = live::ask(port, "yard", "What is moving?", 4);
     rt.shutdown().await;
     assert_eq!(status, 200, "{a}");
     // The answer's footage is clips, each exactly its 32 tokens (nothing is pruned from a clip).

@@ -9,13 +9,10 @@ mod common;
 
 use common::mqtt::free_port;
 use common::smolvlm2::{download, init};
-use common::{curl_json as curl, edgevlm, output_text as text};
-use edgevlm::config::Config;
+use common::{edgevlm, live, output_text as text};
 use edgevlm::engine::{Manifest, Tokenizer};
 use edgevlm::family::{self, Family};
 use edgevlm::generate::render::{Rendered, Role, template_text};
-use edgevlm::runtime::{Runtime, RuntimeOptions};
-use edgevlm::supervisor::CameraState;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -52,30 +49,9 @@ async fn smolvlm2_watches_a_camera_in_square_frames_pruned_by_its_tokens_and_ans
         state.path(),
         &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"),
     );
-    let config = Config::parse(&text, None).unwrap_or_else(|e| panic!("{e}"));
-    let rt = Runtime::start(config, RuntimeOptions::default())
-        .await
-        .expect("the runtime starts");
-
     // The camera takes the model's square (whatever the source's size) and its 64-pixel tokens,
     // and at least four frames are in memory.
-    let mut reports = rt.reports();
-    let ready = |s: &edgevlm::telemetry::control::Snapshot| {
-        s.cameras.iter().any(|c| {
-            c.camera == "door"
-                && c.state == CameraState::Running
-                && c.memory.as_ref().is_some_and(|m| m.frames >= 4)
-        })
-    };
-    let settled = tokio::time::timeout(BOUND, reports.wait_for(ready))
-        .await
-        .is_ok();
-    let cameras = reports.borrow().cameras.clone();
-    if !settled {
-        rt.shutdown().await;
-        panic!("no footage in memory: {cameras:?}");
-    }
-    let cam = cameras.iter().find(|c| c.camera == "door").unwrap();
+    let (rt, cam) = live::watching(&text, "door", 4, BOUND).await;
     assert_eq!(cam.geometry.as_deref(), Some("512x512"), "{cam:?}");
     assert_eq!(cam.tokens_per_frame, Some(64), "{cam:?}");
     assert_eq!(cam.family, Some(Family::Smolvlm2), "{cam:?}");
@@ -83,16 +59,7 @@ async fn smolvlm2_watches_a_camera_in_square_frames_pruned_by_its_tokens_and_ans
     // A question over the window: every frame carries at most its 64 tokens, and DiffFP kept
     // fewer than all of them (a ball moving over a still background changes a few blocks). Were
     // its blocks not the model's tokens, the masks would not fit and every token would be kept.
-    let base = format!("http://127.0.0.1:{port}");
-    let (status, a) = curl(
-        &format!("{base}/v1/cameras/door/questions"),
-        &[
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            r#"{"question":"What is moving?","max_tokens":4}"#,
-        ],
-    );
+    let (status, a) = live::ask(port, "door", "What is moving?", 4);
     rt.shutdown().await;
     assert_eq!(status, 200, "{a}");
     let frames = a["frames"].as_u64().unwrap();

@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 
 pub mod frames;
+pub mod live;
 pub mod mqtt;
 pub mod rtsp;
 pub mod run;
