@@ -123,30 +123,11 @@ fn main() {
         QUESTION,
     )
     .expect("prompt");
-    let one = GenerateOptions {
-        max_new_tokens: 2,
-        ..GenerateOptions::default()
-    };
-    let (mut ttft, mut prefill, mut step) = (Vec::new(), Vec::new(), Vec::new());
-    let mut tokens = 0;
-    for _ in 0..5 {
-        let t = Instant::now();
-        let features = vision.encode(&refs, s, s).expect("encode");
-        let rows: Vec<&[f32]> = (0..clips).map(|i| features.frame(i)).collect();
-        let prompt = rendered.prompt(&rows, hidden).expect("rows");
-        let empty = generator.empty_cache().expect("cache");
-        let p = Instant::now();
-        let mut d = generator.start(&empty, &prompt, &one).expect("prefill");
-        let first = d.next_token().expect("decode").expect("a token");
-        let now = Instant::now();
-        ttft.push(now - t);
-        prefill.push(now - p);
-        std::hint::black_box(first.id);
-        let st = Instant::now();
-        let _ = d.next_token().expect("decode");
-        step.push(st.elapsed());
-        tokens = d.finish().prompt_tokens;
-    }
+    let q = common::question_from_scratch(&generator, &rendered, clips, 5, || {
+        vision.encode(&refs, s, s).expect("encode")
+    });
+    let tokens = q.prompt_tokens;
+    let (ttft, prefill, step) = (q.ttft, q.prefill, q.step);
     let (t_med, t_best) = median_and_fastest(ttft);
     let (p_med, _) = median_and_fastest(prefill);
     let (s_med, _) = median_and_fastest(step);
@@ -165,6 +146,11 @@ fn main() {
         ms(s_med),
         tokens + 1
     );
+
+    let one = GenerateOptions {
+        max_new_tokens: 2,
+        ..GenerateOptions::default()
+    };
 
     // A live camera's cache: the prefix, then each clip's line, as `memory::live` appends them.
     let format = edgevlm::family::stream(m.family).expect("a streaming family");

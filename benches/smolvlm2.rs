@@ -117,33 +117,12 @@ fn main() {
         })
         .collect();
     let rendered = smolvlm2::video_prompt(&slots, None, QUESTION).expect("prompt");
-    let one = GenerateOptions {
-        max_new_tokens: 2,
-        ..GenerateOptions::default()
-    };
-    let mut ttft = Vec::new();
-    let mut prefill = Vec::new();
-    let mut step = Vec::new();
-    let mut tokens = 0;
-    for _ in 0..2 {
-        let t = Instant::now();
+    let q = common::question_from_scratch(&generator, &rendered, FRAMES, 2, || {
         let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let features = vision.encode(&refs, 512, 512).expect("encode");
-        let rows: Vec<&[f32]> = (0..FRAMES).map(|i| features.frame(i)).collect();
-        let prompt = rendered.prompt(&rows, hidden).expect("rows");
-        let empty = generator.empty_cache().expect("cache");
-        let p = Instant::now();
-        let mut d = generator.start(&empty, &prompt, &one).expect("prefill");
-        let first = d.next_token().expect("decode").expect("a token");
-        let now = Instant::now();
-        ttft.push(now - t);
-        prefill.push(now - p);
-        std::hint::black_box(first.id);
-        let s = Instant::now();
-        let _ = d.next_token().expect("decode");
-        step.push(s.elapsed());
-        tokens = d.finish().prompt_tokens;
-    }
+        vision.encode(&refs, 512, 512).expect("encode")
+    });
+    let tokens = q.prompt_tokens;
+    let (ttft, prefill, step) = (q.ttft, q.prefill, q.step);
     let (t_med, t_best) = median_and_fastest(ttft);
     let (p_med, p_best) = median_and_fastest(prefill);
     let (s_med, _) = median_and_fastest(step);
@@ -163,6 +142,11 @@ fn main() {
         ms(s_med),
         tokens + 1
     );
+
+    let one = GenerateOptions {
+        max_new_tokens: 2,
+        ..GenerateOptions::default()
+    };
 
     // A live camera's cache: the prefix, then each frame's item, as `memory::live` appends them.
     let format = edgevlm::family::stream(m.family).expect("a streaming family");

@@ -60,3 +60,58 @@ pub fn median_and_fastest(
 pub fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
+
+/// Timings of questions asked from an empty cache (no live cache): each run encodes the footage,
+/// builds the prompt, prefills it and takes the first token, then one more decode step.
+pub struct QuestionTimes {
+    /// From the start of the encoding to the first token.
+    pub ttft: Vec<std::time::Duration>,
+    /// The prefill and first token alone.
+    pub prefill: Vec<std::time::Duration>,
+    /// The decode step after the first token.
+    pub step: Vec<std::time::Duration>,
+    /// Positions of the prompt.
+    pub prompt_tokens: usize,
+}
+
+/// Asks `rendered` (a prompt of `items` visual items) `runs` times from an empty cache, the
+/// features coming from `encode` each time (its cost is part of the time to the first token).
+pub fn question_from_scratch(
+    generator: &edgevlm::generate::Generator,
+    rendered: &edgevlm::generate::render::Rendered,
+    items: usize,
+    runs: usize,
+    mut encode: impl FnMut() -> edgevlm::engine::VisualTokens,
+) -> QuestionTimes {
+    use std::time::Instant;
+    let hidden = generator.engines().decoder().hidden();
+    let two = edgevlm::generate::GenerateOptions {
+        max_new_tokens: 2,
+        ..Default::default()
+    };
+    let mut out = QuestionTimes {
+        ttft: Vec::new(),
+        prefill: Vec::new(),
+        step: Vec::new(),
+        prompt_tokens: 0,
+    };
+    for _ in 0..runs {
+        let t = Instant::now();
+        let features = encode();
+        let rows: Vec<&[f32]> = (0..items).map(|i| features.frame(i)).collect();
+        let prompt = rendered.prompt(&rows, hidden).expect("rows");
+        let empty = generator.empty_cache().expect("cache");
+        let p = Instant::now();
+        let mut d = generator.start(&empty, &prompt, &two).expect("prefill");
+        let first = d.next_token().expect("decode").expect("a token");
+        let now = Instant::now();
+        out.ttft.push(now - t);
+        out.prefill.push(now - p);
+        std::hint::black_box(first.id);
+        let s = Instant::now();
+        let _ = d.next_token().expect("decode");
+        out.step.push(s.elapsed());
+        out.prompt_tokens = d.finish().prompt_tokens;
+    }
+    out
+}
