@@ -202,7 +202,7 @@ pub enum VisionLayout {
     Images,
     /// `input` f32 `[clips, clip_frames, 3, S, S]` -> `output` f32 `[clips, clip_tokens, hidden]`,
     /// with S = `image_size`: a clip of frames in, a fixed number of tokens out (Apollo's two
-    /// towers and Perceiver resampler, docs/ENGINES.md, "Apollo").
+    /// towers and Perceiver resampler, docs/ENGINES.md, "Apollo on a live camera").
     Clips,
 }
 
@@ -320,7 +320,7 @@ impl VisionSpec {
                 pad: None,
             }),
             // Apollo pads each frame to a centred square filled with its processor's mean, then
-            // resizes (docs/ENGINES.md, "Apollo").
+            // resizes (docs/ENGINES.md, "Apollo on a live camera").
             (VisionLayout::Clips, Some(side)) => Some(crate::config::SquareFrames {
                 side,
                 token_px: self.token_px(),
