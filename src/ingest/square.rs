@@ -79,7 +79,8 @@ impl FrameResize {
 
 /// Apollo's square: each frame pasted centred on a square of its longest side filled with one
 /// colour (its processor's `expand2square`, the fill being the processor's mean), then resized to
-/// `image_size` x `image_size` with the antialiased bicubic resize (docs/ENGINES.md, "Apollo on a live camera").
+/// `image_size` x `image_size` with the antialiased bicubic resize (docs/ENGINES.md, "Apollo on a
+/// live camera").
 #[derive(Debug, Clone)]
 pub struct PadResize {
     src: (u32, u32),
