@@ -128,6 +128,14 @@ fn metrics_and_status_describe_the_running_cameras() {
     assert!(yard("edgevlm_memory_frames") >= 1.0, "{second}");
     assert!(metric(&second, "edgevlm_engine_runs_total{stage=\"vision\"}") >= 1.0);
     assert!(second.contains("# TYPE edgevlm_answer_first_token_seconds histogram"));
+    // The live cache's blocks come from the pool (the default `cache_memory`), and the process's
+    // resident memory is split by kind: a soak reads what grows from the page.
+    assert!(
+        metric(&second, "edgevlm_kv_pool_bytes{state=\"live\"}") > 0.0,
+        "{second}"
+    );
+    assert!(metric(&second, "edgevlm_kv_pool_blocks_total{event=\"mapped\"}") >= 1.0);
+    assert!(metric(&second, "edgevlm_process_resident_bytes{kind=\"anon\"}") > 0.0);
 
     // `edgevlm status` shows the reports, refreshed every 0.5 s: wait for one taken after the
     // yard ran with frames in its memory and the dead camera had failed.

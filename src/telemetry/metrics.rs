@@ -397,6 +397,44 @@ pub fn render_engine(s: &EngineStatsSnapshot) -> String {
     out
 }
 
+/// Renders the CPU decoder's KV cache pool (`engine.cache_memory = "pool"`): the bytes of blocks
+/// held by caches and kept idle, and the blocks mapped, reused and unmapped so far.
+pub fn render_cache_pool(p: &crate::engine::CachePoolStats) -> String {
+    let mut out = String::new();
+    let name = "edgevlm_kv_pool_bytes";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Bytes of the KV cache pool's blocks: held by caches (live) or kept for reuse (idle).\n# TYPE {name} gauge"
+    );
+    let _ = writeln!(out, "{name}{{state=\"live\"}} {}", p.live_bytes);
+    let _ = writeln!(out, "{name}{{state=\"idle\"}} {}", p.idle_bytes);
+    let name = "edgevlm_kv_pool_blocks_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} KV cache pool blocks mapped, taken again from the idle ones, and unmapped.\n# TYPE {name} counter"
+    );
+    for (event, n) in [
+        ("mapped", p.mapped),
+        ("reused", p.reused),
+        ("unmapped", p.unmapped),
+    ] {
+        let _ = writeln!(out, "{name}{{event=\"{event}\"}} {n}");
+    }
+    out
+}
+
+/// Renders the process's resident memory by kind (`base::memory::resident_by_kind`).
+pub fn render_resident(kinds: &[(&'static str, u64)]) -> String {
+    let name = "edgevlm_process_resident_bytes";
+    let mut out = format!(
+        "# HELP {name} Resident memory of the process by kind: anon (heap, arenas, KV cache pool), file (code, libraries), shmem.\n# TYPE {name} gauge\n"
+    );
+    for (kind, bytes) in kinds {
+        let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {bytes}");
+    }
+    out
+}
+
 /// Binds the metrics listener (so a taken port is an error at startup, not later).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -444,9 +482,18 @@ impl Sources {
         if let Some(s) = &self.snapshots {
             body.push_str(&render_snapshots(s.stats()));
         }
-        let engine_stats = self.engines.borrow().as_ref().map(|e| e.stats());
+        let (engine_stats, pool) = match self.engines.borrow().as_ref() {
+            Some(e) => (Some(e.stats()), e.decoder().cache_pool()),
+            None => (None, None),
+        };
         if let Some(stats) = engine_stats {
             body.push_str(&render_engine(&stats));
+        }
+        if let Some(pool) = pool {
+            body.push_str(&render_cache_pool(&pool));
+        }
+        if let Some(kinds) = crate::base::memory::resident_by_kind() {
+            body.push_str(&render_resident(&kinds));
         }
         body.push_str(&render_watch(&self.memories.borrow()));
         body
@@ -730,6 +777,33 @@ mod tests {
             assert!(kinds.contains_key(family), "{name} has no TYPE before it");
         }
         assert_eq!(help.len(), kinds.len(), "HELP and TYPE differ");
+    }
+
+    #[test]
+    fn the_kv_pool_and_resident_memory_render_as_labelled_families() {
+        let pool = crate::engine::CachePoolStats {
+            live_bytes: 4096,
+            idle_bytes: 1024,
+            mapped: 7,
+            reused: 5,
+            unmapped: 2,
+            largest_bytes: 4096,
+        };
+        let text = render_cache_pool(&pool);
+        for line in [
+            "# TYPE edgevlm_kv_pool_bytes gauge",
+            "edgevlm_kv_pool_bytes{state=\"live\"} 4096",
+            "edgevlm_kv_pool_bytes{state=\"idle\"} 1024",
+            "# TYPE edgevlm_kv_pool_blocks_total counter",
+            "edgevlm_kv_pool_blocks_total{event=\"mapped\"} 7",
+            "edgevlm_kv_pool_blocks_total{event=\"reused\"} 5",
+            "edgevlm_kv_pool_blocks_total{event=\"unmapped\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}: {text}");
+        }
+        let text = render_resident(&[("anon", 10), ("file", 20), ("shmem", 0)]);
+        assert!(text.contains("# TYPE edgevlm_process_resident_bytes gauge"));
+        assert!(text.contains("edgevlm_process_resident_bytes{kind=\"file\"} 20"));
     }
 
     #[test]
