@@ -8,8 +8,10 @@
 #   RELEASE=0 OUT=target/soak-keep scripts/soak.sh     (runtime.release_memory_secs, 60 by default)
 #   ARENA=vision OUT=target/soak-vision scripts/soak.sh  (engine.cpu_arena)
 #   CACHE=onnxruntime OUT=target/soak-ort scripts/soak.sh  (engine.cache_memory)
-# Writes target/soak/{config.toml,run.log,rss.csv,rss-5s.csv,report.md}; prints the report. Bounded: it stops
-# after MINUTES minutes and asks at most FILL + MINUTES*60/ASK_EVERY questions.
+# Writes target/soak/{config.toml,run.log,rss.csv,rss-5s.csv,memory.csv,report.md}; prints the
+# report. memory.csv: each minute, the KV cache pool's live and idle KiB and resident memory by
+# kind (`/metrics`). Bounded: it stops after MINUTES minutes and asks at most
+# FILL + MINUTES*60/ASK_EVERY questions.
 # FILL: questions sent at once at the start, to a camera that does not exist (each answered
 # `unknown_camera`, no engine work): the embedded broker keeps a log per subscription filter,
 # bounded by the messages' nominal size (docs/RELIABILITY.md), and at one question every 15 s the
@@ -109,6 +111,7 @@ done
 questions=("What colour is the ball?" "Where is the ball?" "What is moving?"
   "Describe what just happened in the video." "How many objects are there?")
 echo "secs,rss_kb,narrations,answers,questions" > "$OUT/rss.csv"
+echo "secs,pool_live_kb,pool_idle_kb,anon_kb,file_kb" > "$OUT/memory.csv"
 asked=0
 start=$(date +%s)
 next_sample=$start
@@ -133,6 +136,13 @@ while :; do
     narrations=$(grep -c . "$OUT/narrations.txt" || true)
     answers=$(grep -c '"text"' "$OUT/answers.txt" || true)
     echo "$((now - start)),$rss,$narrations,$answers,$asked" >> "$OUT/rss.csv"
+    # What moves: the KV cache pool's blocks and resident memory by kind (`/metrics`).
+    curl -s --max-time 5 "127.0.0.1:$METRICS_PORT/metrics" | awk -v t=$((now - start)) '
+      /^edgevlm_kv_pool_bytes\{state="live"\}/ {live=$2}
+      /^edgevlm_kv_pool_bytes\{state="idle"\}/ {idle=$2}
+      /^edgevlm_process_resident_bytes\{kind="anon"\}/ {anon=$2}
+      /^edgevlm_process_resident_bytes\{kind="file"\}/ {file=$2}
+      END {printf "%s,%d,%d,%d,%d\n", t, live/1024, idle/1024, anon/1024, file/1024}' >> "$OUT/memory.csv" || true
     next_sample=$((next_sample + 60))
   fi
   cam=$(( asked % CAMERAS + 1 ))
