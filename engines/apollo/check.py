@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import tempfile
@@ -58,7 +59,6 @@ def main() -> int:
             failures.append("two generations with seed 0 differ")
         for name, digest in ha.items():
             mine = (args.model / name).read_bytes()
-            import hashlib
             if hashlib.sha256(mine).hexdigest() != digest:
                 failures.append(f"{args.model / name} is not what generate.py writes; regenerate it")
 

@@ -387,12 +387,7 @@ def generate(out: Path, seed: int, cfg: tiny.Config = tiny.Config(), cc: ClipCon
     tiny.save(build_vision(cc, cfg.hidden, weights(cc, cfg.hidden, w)), out / "vision_encoder.onnx")
     tiny.save(tiny.build_embed_tokens(cfg, w), out / "embed_tokens.onnx")
     tiny.save(tiny.build_decoder(cfg, w), out / "decoder_model_merged.onnx")
-    saved = tiny.SPECIAL_TOKENS
-    tiny.SPECIAL_TOKENS = SPECIAL_TOKENS
-    try:
-        tokenizer, special_ids = tiny.build_tokenizer(cfg)
-    finally:
-        tiny.SPECIAL_TOKENS = saved
+    tokenizer, special_ids = tiny.build_tokenizer(cfg, SPECIAL_TOKENS)
     (out / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     names = ["vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx", "tokenizer.json"]
     hashes = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in names}

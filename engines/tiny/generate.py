@@ -514,14 +514,16 @@ def train_bpe(corpus: str, vocab_target: int) -> tuple[dict[str, int], list[tupl
     return vocab, merges
 
 
-def build_tokenizer(cfg: Config) -> tuple[dict, dict[str, int]]:
-    bpe_size = cfg.vocab_size - len(SPECIAL_TOKENS)
+def build_tokenizer(cfg: Config, special: list[tuple[str, str]] | None = None) -> tuple[dict, dict[str, int]]:
+    """The byte-level BPE with `special` (default: SPECIAL_TOKENS) as the last ids."""
+    special = SPECIAL_TOKENS if special is None else special
+    bpe_size = cfg.vocab_size - len(special)
     vocab, merges = train_bpe(CORPUS, bpe_size)
-    special_ids = {key: bpe_size + i for i, (key, _) in enumerate(SPECIAL_TOKENS)}
+    special_ids = {key: bpe_size + i for i, (key, _) in enumerate(special)}
     added = [
         {"id": special_ids[key], "content": content, "single_word": False, "lstrip": False,
          "rstrip": False, "normalized": False, "special": True}
-        for key, content in SPECIAL_TOKENS
+        for key, content in special
     ]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     tokenizer = {
