@@ -13,10 +13,11 @@
 # - The Rust toolchain is the host's (rustup's binaries need only glibc 2.17), mounted in.
 # - Everything is mounted in a private mount namespace (unshare), so nothing stays mounted when
 #   the script ends, however it ends.
-# - The fixtures the host's scripts/test.sh makes with transformers and torch (the tiny model, the
-#   Qwen tokenizer, the VideoLLaMA3 parity and resize references) are copied in: Debian 11's
-#   Python 3.9 cannot run that torch. For the same reason one test binary does not run here:
-#   tests/videollama3_export.rs runs the Python export recipe itself (torch), not the runtime.
+# - The fixtures the host's scripts/test.sh makes with transformers and torch (the tiny and
+#   Apollo-shaped models, the Qwen tokenizer, the VideoLLaMA3 parity and resize references) are
+#   copied in: Debian 11's Python 3.9 cannot run that torch. For the same reason one test binary
+#   does not run here: tests/videollama3_export.rs runs the Python export recipe itself (torch),
+#   not the runtime.
 # - The project venv is Debian 11's Python with the versions of scripts/debian11-requirements.txt;
 #   the ONNX Runtime library the runtime loads is the host venv's 1.32 (a manylinux_2_28 build).
 set -euo pipefail
@@ -83,7 +84,7 @@ printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$RO
 [ "${1:-}" = root ] && exit 0
 
 # The fixtures scripts/test.sh makes; this script runs after it.
-FIXTURES=(engines/tiny/model engines/qwen/tokenizer.json target/videollama3-reduced
+FIXTURES=(engines/tiny/model engines/apollo/model engines/qwen/tokenizer.json target/videollama3-reduced
   target/resize-reference target/qwen-tokenizer target/smolvlm2-prompt target/smolvlm2-reduced)
 for f in "${FIXTURES[@]}"; do
   [ -e "$f" ] || { echo "debian11: $f is missing: run scripts/test.sh first" >&2; exit 1; }
