@@ -111,6 +111,7 @@ impl<'a> LinkBuilder<'a> {
         connection
             .last_will(self.last_will, self.last_will_properties)
             .topic_alias_max(self.topic_alias_max);
+        let incarnation = connection.incarnation;
         let incoming = Incoming::new(connection.client_id.to_owned());
         let (outgoing, link_rx) = Outgoing::new(connection.client_id.to_owned());
         let outgoing_data_buffer = outgoing.buffer();
@@ -135,7 +136,8 @@ impl<'a> LinkBuilder<'a> {
         };
 
         let tx = LinkTx::new(id, self.router_tx.clone(), incoming_data_buffer);
-        let rx = LinkRx::new(id, self.router_tx, link_rx, outgoing_data_buffer);
+        let mut rx = LinkRx::new(id, self.router_tx, link_rx, outgoing_data_buffer);
+        rx.incarnation = incarnation;
         Ok((tx, rx, notification))
     }
 }
@@ -322,6 +324,8 @@ pub struct LinkRx {
     router_rx: Receiver<()>,
     send_buffer: Arc<Mutex<VecDeque<Notification>>>,
     cache: VecDeque<Notification>,
+    /// edgevlm patch: the connection's incarnation (`Connection::incarnation`).
+    pub(crate) incarnation: u64,
 }
 
 impl LinkRx {
@@ -337,6 +341,7 @@ impl LinkRx {
             router_rx,
             send_buffer: outgoing_data_buffer,
             cache: VecDeque::with_capacity(100),
+            incarnation: 0,
         }
     }
 

@@ -58,6 +58,8 @@ pub struct RemoteLink<P> {
     link_rx: LinkRx,
     notifications: VecDeque<Notification>,
     pub(crate) will_delay_interval: u32,
+    /// edgevlm patch: the connection's incarnation (`Connection::incarnation`).
+    pub(crate) incarnation: u64,
 }
 
 impl<P: Protocol> RemoteLink<P> {
@@ -103,6 +105,7 @@ impl<P: Protocol> RemoteLink<P> {
             .build()?;
 
         let id = link_rx.id();
+        let incarnation = link_rx.incarnation;
         Span::current().record("connection_id", id);
 
         if let Some(mut packet) = notification.into() {
@@ -122,6 +125,7 @@ impl<P: Protocol> RemoteLink<P> {
             link_rx,
             notifications: VecDeque::with_capacity(100),
             will_delay_interval,
+            incarnation,
         })
     }
 

@@ -4,6 +4,10 @@ use crate::protocol::LastWillProperties;
 use crate::Filter;
 use crate::{protocol::LastWill, Topic};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The next connection's incarnation (edgevlm patch).
+static NEXT_INCARNATION: AtomicU64 = AtomicU64::new(1);
 
 use super::ConnectionEvents;
 
@@ -33,6 +37,12 @@ pub struct Connection {
     pub(crate) broker_topic_aliases: Option<BrokerAliases>,
     /// subscription IDs for a connection
     pub(crate) subscription_ids: HashMap<Filter, usize>,
+    /// edgevlm patch (vendor/README.md): unique for the life of the process. The router's
+    /// connection ids are slab slots, reused as soon as a connection is removed; a link that
+    /// saw its socket close after the router had already removed it (the client sent
+    /// DISCONNECT, or a new connection took its client id over) names its connection by this,
+    /// so that its late disconnect cannot remove a newer connection given the same slot.
+    pub(crate) incarnation: u64,
 }
 
 impl Connection {
@@ -66,6 +76,7 @@ impl Connection {
             topic_aliases: HashMap::new(),
             broker_topic_aliases: None,
             subscription_ids: HashMap::new(),
+            incarnation: NEXT_INCARNATION.fetch_add(1, Ordering::Relaxed),
         }
     }
 

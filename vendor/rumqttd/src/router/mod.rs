@@ -55,6 +55,9 @@ pub enum Event {
     DeviceData,
     /// Disconnection request
     Disconnect,
+    /// edgevlm patch (vendor/README.md): a remote link's socket closed; the connection of this
+    /// incarnation is disconnected if it is still the one in the slot.
+    LinkClosed(u64),
     /// Shadow
     Shadow(ShadowRequest),
     /// Collect and send alerts to all alerts links

@@ -245,6 +245,14 @@ impl Router {
             Event::NewAlert(tx) => self.handle_new_alert(tx),
             Event::DeviceData => self.handle_device_payload(id),
             Event::Disconnect => self.handle_disconnection(id, None),
+            // edgevlm patch (vendor/README.md): a late close of a link whose slot was reused
+            // leaves the newer connection alone.
+            Event::LinkClosed(incarnation) => {
+                match self.connections.get(id) {
+                    Some(c) if c.incarnation == incarnation => self.handle_disconnection(id, None),
+                    _ => debug!("connection {id} already gone: its slot holds another connection"),
+                }
+            }
             Event::Ready => self.scheduler.reschedule(id, ScheduleReason::Ready),
             Event::Shadow(request) => {
                 retrieve_shadow(&mut self.datalog, &mut self.obufs[id], request)

@@ -573,6 +573,7 @@ async fn remote<P: Protocol>(
     };
 
     let connection_id = link.connection_id;
+    let incarnation = link.incarnation;
     let will_delay_interval = link.will_delay_interval;
     let mut send_disconnect = true;
 
@@ -598,7 +599,8 @@ async fn remote<P: Protocol>(
     };
 
     if send_disconnect {
-        let disconnect = Event::Disconnect;
+        // edgevlm patch (vendor/README.md): the slot may hold a newer connection by now.
+        let disconnect = Event::LinkClosed(incarnation);
         let message = (connection_id, disconnect);
         router_tx.send(message).ok();
     }
