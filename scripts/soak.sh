@@ -8,6 +8,7 @@
 #   RELEASE=0 OUT=target/soak-keep scripts/soak.sh     (runtime.release_memory_secs, 60 by default)
 #   ARENA=vision OUT=target/soak-vision scripts/soak.sh  (engine.cpu_arena)
 #   CACHE=onnxruntime OUT=target/soak-ort scripts/soak.sh  (engine.cache_memory)
+#   FEATURES=jemalloc OUT=target/soak-jemalloc scripts/soak.sh  (jemalloc for the whole process)
 # Writes target/soak/{config.toml,run.log,rss.csv,rss-5s.csv,memory.csv,report.md}; prints the
 # report. memory.csv: each minute, the KV cache pool's live and idle KiB and resident memory by
 # kind (`/metrics`). Bounded: it stops after MINUTES minutes and asks at most
@@ -35,7 +36,9 @@ PATTERNS=${PATTERNS:-}
 CACHE=${CACHE:-}
 BIN=${BIN:-target/release/edgevlm}
 SERVER=target/release/examples/rtsp_test_server
-[ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server
+# FEATURES: cargo features of the build (e.g. "jemalloc").
+[ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server \
+  ${FEATURES:+--features "$FEATURES"}
 rm -rf "$OUT" && mkdir -p "$OUT/state"
 OUT=$(realpath "$OUT")
 

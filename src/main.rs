@@ -9,6 +9,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// With the `jemalloc` feature, jemalloc serves every allocation of the process: it also exports
+/// `malloc` and `free`, so GStreamer and ONNX Runtime use it too (docs/RELIABILITY.md, "Memory
+/// over a long run").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "edgevlm",
