@@ -136,8 +136,7 @@ impl<'a> LinkBuilder<'a> {
         };
 
         let tx = LinkTx::new(id, self.router_tx.clone(), incoming_data_buffer);
-        let mut rx = LinkRx::new(id, self.router_tx, link_rx, outgoing_data_buffer);
-        rx.incarnation = incarnation;
+        let rx = LinkRx::new(id, self.router_tx, link_rx, outgoing_data_buffer, incarnation);
         Ok((tx, rx, notification))
     }
 }
@@ -334,6 +333,7 @@ impl LinkRx {
         router_tx: Sender<(ConnectionId, Event)>,
         router_rx: Receiver<()>,
         outgoing_data_buffer: Arc<Mutex<VecDeque<Notification>>>,
+        incarnation: u64,
     ) -> LinkRx {
         LinkRx {
             connection_id,
@@ -341,7 +341,7 @@ impl LinkRx {
             router_rx,
             send_buffer: outgoing_data_buffer,
             cache: VecDeque::with_capacity(100),
-            incarnation: 0,
+            incarnation,
         }
     }
 

@@ -58,8 +58,6 @@ pub struct RemoteLink<P> {
     link_rx: LinkRx,
     notifications: VecDeque<Notification>,
     pub(crate) will_delay_interval: u32,
-    /// edgevlm patch: the connection's incarnation (`Connection::incarnation`).
-    pub(crate) incarnation: u64,
 }
 
 impl<P: Protocol> RemoteLink<P> {
@@ -105,7 +103,6 @@ impl<P: Protocol> RemoteLink<P> {
             .build()?;
 
         let id = link_rx.id();
-        let incarnation = link_rx.incarnation;
         Span::current().record("connection_id", id);
 
         if let Some(mut packet) = notification.into() {
@@ -125,8 +122,12 @@ impl<P: Protocol> RemoteLink<P> {
             link_rx,
             notifications: VecDeque::with_capacity(100),
             will_delay_interval,
-            incarnation,
         })
+    }
+
+    /// edgevlm patch: the connection's incarnation (`Connection::incarnation`).
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.link_rx.incarnation
     }
 
     pub async fn start(&mut self) -> Result<(), Error> {

@@ -573,7 +573,7 @@ async fn remote<P: Protocol>(
     };
 
     let connection_id = link.connection_id;
-    let incarnation = link.incarnation;
+    let incarnation = link.incarnation();
     let will_delay_interval = link.will_delay_interval;
     let mut send_disconnect = true;
 
