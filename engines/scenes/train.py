@@ -704,6 +704,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads in all (the recorded runs: 2)")
     ap.add_argument("--workers", type=int, default=2,
                     help="data-parallel worker processes, the threads shared among them (average_gradients)")
+    ap.add_argument("--vision-workers", type=int, default=0, choices=(0, 1),
+                    help="1: stage 1 runs in worker 0 alone with all the threads (the others wait), stage 2 in "
+                         "every worker; 0: every stage in every worker")
     ap.add_argument("--eval-every", type=int, default=1000)
     ap.add_argument("--eval-clips", type=int, default=30)
     args = ap.parse_args()
@@ -728,7 +731,11 @@ def run(rank: int, args, port) -> None:
     if world > 1:
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        import datetime
+
+        # Long enough for the other workers to wait out a stage 1 in worker 0 alone (--vision-workers 1).
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(hours=3))
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, args.threads // world))
     from export import VisionExport
@@ -770,8 +777,18 @@ def run(rank: int, args, port) -> None:
     begun = time.time()
     vision_log = []
     if args.vision_steps and not args.init:
-        vision_log = pretrain_vision(vision, probe, args.vision_steps, args.vision_batch, args.vision_lr, args.seed,
-                                     rank, world, args.vision_targets or None)
+        if args.vision_workers == 1 and world > 1:
+            # Stage 1 in worker 0 alone, with every thread; then every worker takes its weights.
+            if rank == 0:
+                torch.set_num_threads(args.threads)
+                vision_log = pretrain_vision(vision, probe, args.vision_steps, args.vision_batch, args.vision_lr,
+                                             args.seed, 0, 1, args.vision_targets or None)
+                torch.set_num_threads(max(1, args.threads // world))
+            for p in [*model.parameters(), *probe.parameters()]:
+                dist.broadcast(p.data, 0)
+        else:
+            vision_log = pretrain_vision(vision, probe, args.vision_steps, args.vision_batch, args.vision_lr,
+                                         args.seed, rank, world, args.vision_targets or None)
     trained = [*model.parameters(), *probe.parameters(), *dprobe.parameters()]
     opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm = args.warmup
