@@ -4,7 +4,8 @@
 #      lib, bins, tests, benches and examples, plus the lints), the GStreamer sys crates
 #      resolved through pkg-config against the arm64 -dev packages (Debian multiarch);
 #   2. the prune unit tests, cross-linked against arm64 GStreamer and run under qemu-user (on
-#      aarch64 they exercise the NEON SAD kernel and the portable one);
+#      aarch64 they exercise the NEON SAD kernel and the portable one), and base::memory's (jemalloc,
+#      built for 64 KiB pages, boots and purges);
 #   3. the prune bench in criterion's test mode under qemu: every case once, and the NEON and
 #      portable kernels compared on the bench frames. Timings under qemu mean nothing.
 # Idempotent: installs what is missing (Debian packages, rustup target) and skips the rest.
@@ -99,11 +100,15 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=$MULTIARCH-gcc
 # The arm64 loader and libraries (libc6:arm64, GStreamer) are in /lib/ld-linux-aarch64.so.1 and
 # /usr/lib/aarch64-linux-gnu, where qemu finds them without -L.
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64
+# jemalloc (the default allocator) for the largest arm64 page, 64 KiB: a cross build would
+# otherwise assume 4 KiB and fail to allocate on a 16 or 64 KiB kernel (docs/PACKAGE.md, "arm64").
+export JEMALLOC_SYS_WITH_LG_PAGE=${JEMALLOC_SYS_WITH_LG_PAGE:-16}
 
 t0=$SECONDS
 run cargo clippy --target "$TARGET" --all-targets -- -D warnings
 t1=$SECONDS
-run cargo test --target "$TARGET" --lib prune::
+# The prune kernels, and the allocator: jemalloc boots for arm64 and gives freed memory back.
+run cargo test --target "$TARGET" --lib -- prune:: base::memory::
 t2=$SECONDS
 run cargo test --target "$TARGET" --bench prune
 t3=$SECONDS

@@ -27,7 +27,7 @@ ROOT=${DEBIAN11_ROOT:-/var/tmp/edgevlm-debian11}
 SRC=/src/edgevlm
 
 PACKAGES=(
-  ca-certificates gcc libc6-dev pkg-config
+  ca-certificates gcc libc6-dev make pkg-config
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstrtspserver-1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
   gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-tools

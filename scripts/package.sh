@@ -46,6 +46,11 @@ wheel onnxruntime==$ort_version ($(sed -n 's/^Tag: //p' "$wheel_dir"/../onnxrunt
 sha256 $(sha256sum "$lib" | cut -d' ' -f1)
 EOF
 
+# jemalloc (the default allocator) fixes the largest page size it supports when it is built: on
+# arm64 the kernel's page may be 4 KiB (Jetson, Debian), 16 KiB (Raspberry Pi 5) or 64 KiB, and a
+# binary built for a smaller page than the kernel's cannot allocate at all. 64 KiB runs on all three
+# (docs/PACKAGE.md, "arm64").
+if [ "$(uname -m)" = aarch64 ]; then export JEMALLOC_SYS_WITH_LG_PAGE=${JEMALLOC_SYS_WITH_LG_PAGE:-16}; fi
 cargo build --release --locked --bin edgevlm
 deb_log=$(mktemp)
 trap 'rm -f "$deb_log"' EXIT

@@ -8,10 +8,11 @@
 #   RELEASE=0 OUT=target/soak-keep scripts/soak.sh     (runtime.release_memory_secs, 60 by default)
 #   ARENA=vision OUT=target/soak-vision scripts/soak.sh  (engine.cpu_arena)
 #   CACHE=onnxruntime OUT=target/soak-ort scripts/soak.sh  (engine.cache_memory)
-#   FEATURES=jemalloc OUT=target/soak-jemalloc scripts/soak.sh  (jemalloc for the whole process)
+#   GLIBC=1 OUT=target/soak-glibc scripts/soak.sh  (glibc's malloc: --no-default-features, no jemalloc)
 # Writes target/soak/{config.toml,run.log,rss.csv,rss-5s.csv,memory.csv,report.md}; prints the
-# report. memory.csv: each minute, the KV cache pool's live and idle KiB and resident memory by
-# kind (`/metrics`). Bounded: it stops after MINUTES minutes and asks at most
+# report. memory.csv: each minute, the KV cache pool's live and idle KiB, resident memory by
+# kind and the allocator's own figures (jemalloc builds; `/metrics`). Bounded: it stops after
+# MINUTES minutes and asks at most
 # FILL + MINUTES*60/ASK_EVERY questions.
 # FILL: questions sent at once at the start, to a camera that does not exist (each answered
 # `unknown_camera`, no engine work): the embedded broker keeps a log per subscription filter,
@@ -36,9 +37,10 @@ PATTERNS=${PATTERNS:-}
 CACHE=${CACHE:-}
 BIN=${BIN:-target/release/edgevlm}
 SERVER=target/release/examples/rtsp_test_server
-# FEATURES: cargo features of the build (e.g. "jemalloc").
+# FEATURES: more cargo features of the build; GLIBC=1: without the default ones (jemalloc).
+# BUILD=0: run BIN as it is.
 [ "${BUILD:-1}" = 0 ] || cargo build --release --locked --bin edgevlm --example rtsp_test_server \
-  ${FEATURES:+--features "$FEATURES"}
+  ${FEATURES:+--features "$FEATURES"} ${GLIBC:+--no-default-features}
 rm -rf "$OUT" && mkdir -p "$OUT/state"
 OUT=$(realpath "$OUT")
 
@@ -114,7 +116,7 @@ done
 questions=("What colour is the ball?" "Where is the ball?" "What is moving?"
   "Describe what just happened in the video." "How many objects are there?")
 echo "secs,rss_kb,narrations,answers,questions" > "$OUT/rss.csv"
-echo "secs,pool_live_kb,pool_idle_kb,anon_kb,file_kb" > "$OUT/memory.csv"
+echo "secs,pool_live_kb,pool_idle_kb,anon_kb,file_kb,alloc_allocated_kb,alloc_active_kb,alloc_resident_kb" > "$OUT/memory.csv"
 asked=0
 start=$(date +%s)
 next_sample=$start
@@ -145,7 +147,11 @@ while :; do
       /^edgevlm_kv_pool_bytes\{state="idle"\}/ {idle=$2}
       /^edgevlm_process_resident_bytes\{kind="anon"\}/ {anon=$2}
       /^edgevlm_process_resident_bytes\{kind="file"\}/ {file=$2}
-      END {printf "%s,%d,%d,%d,%d\n", t, live/1024, idle/1024, anon/1024, file/1024}' >> "$OUT/memory.csv" || true
+      /^edgevlm_allocator_bytes\{state="allocated"\}/ {alloc=$2}
+      /^edgevlm_allocator_bytes\{state="active"\}/ {active=$2}
+      /^edgevlm_allocator_bytes\{state="resident"\}/ {ares=$2}
+      END {printf "%s,%d,%d,%d,%d,%d,%d,%d\n", t, live/1024, idle/1024, anon/1024, file/1024,
+        alloc/1024, active/1024, ares/1024}' >> "$OUT/memory.csv" || true
     next_sample=$((next_sample + 60))
   fi
   cam=$(( asked % CAMERAS + 1 ))

@@ -256,8 +256,9 @@ fn engine_counters_appear_on_metrics_once_the_engines_are_sent() {
 
 #[test]
 fn the_runtime_returns_free_memory_to_the_system_on_its_interval() {
-    // `runtime.release_memory_secs` (src/base/memory.rs): each interval the runtime gives glibc's
-    // free pages back and logs, at debug, what its RSS was before and after.
+    // `runtime.release_memory_secs` (src/base/memory.rs): each interval the runtime gives the
+    // allocator's free pages back (jemalloc's purge, or glibc's malloc_trim) and logs, at debug,
+    // what its RSS was before and after.
     let config = format!(
         "[mqtt]\nenabled = false\n[runtime]\nstate_dir = \"state\"\nrelease_memory_secs = 1\n\
          [engine]\nmodel_dir = \"{}\"\n\
@@ -281,7 +282,13 @@ fn the_runtime_returns_free_memory_to_the_system_on_its_interval() {
         .find(|l| l.contains("Returned free memory"))
         .unwrap();
     assert!(
-        line.contains("rss_before=") && line.contains("rss_after=") && line.contains("took_us="),
+        line.contains("rss_before=")
+            && line.contains("rss_after=")
+            && line.contains("took_us=")
+            && line.contains(&format!(
+                "allocator=\"{}\"",
+                edgevlm::base::memory::ALLOCATOR
+            )),
         "{line}"
     );
 }

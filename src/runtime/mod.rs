@@ -345,7 +345,7 @@ struct Control {
 
 type Loaded = Result<(Arc<Engines>, usize), String>;
 
-/// Gives the C allocator's free pages back to the system, on a blocking thread
+/// Gives the allocator's free pages back to the system, on a blocking thread
 /// (`runtime.release_memory_secs`, `base::memory`).
 fn release_memory() {
     tokio::task::spawn_blocking(|| {
@@ -353,6 +353,7 @@ fn release_memory() {
         if let Some(took) = crate::base::memory::release_free_memory() {
             let after = crate::base::memory::resident_bytes();
             tracing::debug!(
+                allocator = crate::base::memory::ALLOCATOR,
                 rss_before = before,
                 rss_after = after,
                 took_us = took.as_micros() as u64,

@@ -432,6 +432,24 @@ pub fn render_resident(kinds: &[(&'static str, u64)]) -> String {
     for (kind, bytes) in kinds {
         let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {bytes}");
     }
+    let name = "edgevlm_process_allocator_info";
+    let _ = write!(
+        out,
+        "# HELP {name} The allocator this build serves memory with (jemalloc by default, libc without the jemalloc feature).\n# TYPE {name} gauge\n{name}{{allocator=\"{}\"}} 1\n",
+        crate::base::memory::ALLOCATOR
+    );
+    out
+}
+
+/// Renders the allocator's own figures (`base::memory::allocator_stats`, jemalloc builds).
+pub fn render_allocator(stats: &crate::base::memory::AllocatorStats) -> String {
+    let name = "edgevlm_allocator_bytes";
+    let mut out = format!(
+        "# HELP {name} The allocator's own figures: allocated (live allocations), active (pages holding them), resident, mapped, retained (mapped, not resident).\n# TYPE {name} gauge\n"
+    );
+    for (state, bytes) in stats.by_state() {
+        let _ = writeln!(out, "{name}{{state=\"{state}\"}} {bytes}");
+    }
     out
 }
 
@@ -494,6 +512,9 @@ impl Sources {
         }
         if let Some(kinds) = crate::base::memory::resident_by_kind() {
             body.push_str(&render_resident(&kinds));
+        }
+        if let Some(stats) = crate::base::memory::allocator_stats() {
+            body.push_str(&render_allocator(&stats));
         }
         body.push_str(&render_watch(&self.memories.borrow()));
         body
@@ -804,6 +825,26 @@ mod tests {
         let text = render_resident(&[("anon", 10), ("file", 20), ("shmem", 0)]);
         assert!(text.contains("# TYPE edgevlm_process_resident_bytes gauge"));
         assert!(text.contains("edgevlm_process_resident_bytes{kind=\"file\"} 20"));
+        assert!(text.contains(&format!(
+            "edgevlm_process_allocator_info{{allocator=\"{}\"}} 1",
+            crate::base::memory::ALLOCATOR
+        )));
+        let stats = crate::base::memory::AllocatorStats {
+            allocated: 1,
+            active: 2,
+            resident: 3,
+            mapped: 4,
+            retained: 5,
+        };
+        let text = render_allocator(&stats);
+        assert!(text.contains("# TYPE edgevlm_allocator_bytes gauge"));
+        for line in [
+            "edgevlm_allocator_bytes{state=\"allocated\"} 1",
+            "edgevlm_allocator_bytes{state=\"resident\"} 3",
+            "edgevlm_allocator_bytes{state=\"retained\"} 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}: {text}");
+        }
     }
 
     #[test]
