@@ -166,10 +166,12 @@ pub enum CpuArena {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum MemoryPatterns {
     /// Only the vision encoder, whose shapes are fixed per camera geometry; the decoder and the
-    /// embedder, whose shapes change run by run, keep no plans (`"vision"`).
+    /// embedder, whose shapes change run by run, keep no plans (`"vision"`, the default: a plan
+    /// per new cache length grows memory with every length, and the decoder is no slower
+    /// without).
+    #[default]
     FixedShapes,
     /// Every session, as ONNX Runtime does by default (`"all"`).
-    #[default]
     All,
 }
 
@@ -423,15 +425,12 @@ mod tests {
     }
 
     #[test]
-    fn memory_patterns_are_every_sessions_unless_told_vision() {
+    fn memory_patterns_are_the_vision_encoders_unless_told_all() {
         let c = Config::parse(CAM, None).unwrap();
-        assert_eq!(c.engine.memory_patterns, super::MemoryPatterns::All);
-        let c = Config::parse(
-            &format!("[engine]\nmemory_patterns = \"vision\"\n{CAM}"),
-            None,
-        )
-        .unwrap();
         assert_eq!(c.engine.memory_patterns, super::MemoryPatterns::FixedShapes);
+        let c =
+            Config::parse(&format!("[engine]\nmemory_patterns = \"all\"\n{CAM}"), None).unwrap();
+        assert_eq!(c.engine.memory_patterns, super::MemoryPatterns::All);
         let e = Config::parse(
             &format!("[engine]\nmemory_patterns = \"none\"\n{CAM}"),
             None,
