@@ -14,6 +14,8 @@
 //! frames are the parity clip "moving" (8 decoded 1280x720 frames, resized by edgevlm to 364x196,
 //! 91 tokens per frame) and what is synthesised from it.
 //!
+//! - `vision/{1,4}`: the vision encoder alone on one and four of the clip's resized frames, every
+//!   token kept (frames per second for the families table of the README).
 //! - `decode_step/cache_300`: one greedy step of the runtime's decode loop (`Decoding::next_token`
 //!   feeding the token sampled before: embedding, decoder, argmax) with 299 positions cached, so
 //!   the step attends over 300. The cache is the clip's offline prompt padded with text tokens.
@@ -26,6 +28,8 @@
 //! - `ttft/reencode/{60,180}`: what the reference pipelines do per request on the same N frames
 //!   (already resized and pruned, as the ring holds them): the vision encoder on all N, the
 //!   offline prompt, prefill from an empty cache, first token.
+//! - `prefill/{60,180}`: the prefill part of `reencode` alone (the N frames' features already
+//!   encoded): the offline prompt from an empty cache to its first token, as tokens per second.
 //!
 //! The N frames cycle the clip's resized frames with fresh sequence numbers and 1 fps timestamps,
 //! pruned by DiffFP in sequence (the jump from the last frame back to the first keeps more
@@ -245,6 +249,36 @@ fn bench(c: &mut Criterion) {
     .expect("resizer");
     let mut pr = pruner(case);
 
+    // ---- The vision encoder alone: the clip's first frames resized, every token kept.
+    let mut group = c.benchmark_group(format!("{dev}/vision"));
+    group.sample_size(20);
+    let whole: Vec<Arc<Frame>> = f
+        .source
+        .iter()
+        .take(4)
+        .enumerate()
+        .map(|(i, src)| {
+            let mut rgb = vec![0u8; resizer.dst_len()];
+            resizer
+                .resize(src, (case.source_width * 3) as usize, &mut rgb)
+                .expect("resize");
+            let mut fr = ring_frame(case, i, rgb, &mut pruner(case));
+            Arc::get_mut(&mut fr).expect("not shared").tokens = None;
+            fr
+        })
+        .collect();
+    for k in [1, 4] {
+        let frames = &whole[..k];
+        group.bench_function(BenchmarkId::from_parameter(k), |b| {
+            b.iter(|| {
+                FrameEncoder::new()
+                    .encode(g.engines().vision(), frames)
+                    .expect("encode")
+            })
+        });
+    }
+    group.finish();
+
     // ---- Decode step at DECODE_CACHE positions: the clip's offline prompt (its frames' features)
     // padded with text to DECODE_CACHE - 2 positions; each iteration prefills one more filler token
     // and takes the first token (untimed), then the timed step feeds it at DECODE_CACHE - 1.
@@ -388,6 +422,12 @@ fn bench(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("reencode", n), |b| {
             b.iter(|| reencode_request(&f, &frames))
         });
+        let mem = FrameEncoder::new()
+            .encode(g.engines().vision(), &frames)
+            .expect("encode");
+        group.bench_function(BenchmarkId::new("prefill", n), |b| {
+            b.iter(|| ask_offline(g, case, &mem))
+        });
     }
     group.finish();
 }
@@ -465,7 +505,20 @@ fn summary(since: SystemTime) {
         ),
         r("/decode_step_ms", "/decode_step_min_ms"),
     );
+    for k in [1, 4] {
+        if let Some((m, l)) = measured(&format!("{dev}/vision"), &k.to_string(), since) {
+            eprintln!(
+                "  vision encoder, {k} frame(s)      {m:.2} ({l:.2}) ms: {:.0} frames/s median",
+                k as f64 * 1e3 / m
+            );
+        }
+    }
     let ttft = format!("{dev}/ttft");
+    for n in WINDOWS {
+        if let Some((m, l)) = measured(&ttft, &format!("prefill/{n}"), since) {
+            eprintln!("  prefill of the {n}-frame prompt  {m:.2} ({l:.2}) ms");
+        }
+    }
     row(
         "ttft offline, 8 frames".into(),
         measured(&ttft, "offline/8", since),
