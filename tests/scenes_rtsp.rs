@@ -237,10 +237,12 @@ async fn held_out_scenes_over_rtsp_get_answers_about_the_footage() {
         report.join(", "),
         wrong.join("\n")
     );
-    // What this model gets right reliably is asserted; the rest is measured (docs/EVAL.md has
-    // the held-out accuracy per kind under the three conditions). From the text alone colour,
-    // shape and count are right about 1 time in 7, 5 and 8 (docs/EVAL.md); swapped
-    // channels, frames out of order or features of the wrong frames bring them down to that.
+    // What this model gets right reliably is asserted; narrations are measured (docs/EVAL.md has
+    // the held-out accuracy per kind under the three conditions). From the text alone shape and
+    // colour are right at most 1 time in 7, motion, position and temporal about 1 in 3, count
+    // 45 % (docs/EVAL.md); swapped channels, frames out of order or features of the wrong frames
+    // bring them down to that. Frame times 2 s late (the stream items' `Time`) took temporal to
+    // 26/45 and position to 25/42 here, under their bounds.
     for (kind, least) in MIN_ACCURACY {
         let (r, t) = score.get(*kind).copied().unwrap_or_default();
         assert!(t > 0, "no {kind} question asked");
@@ -285,6 +287,14 @@ async fn held_out_scenes_over_rtsp_get_answers_about_the_footage() {
     }
 }
 
-/// Least share right per kind. Measured on these clips: colour 10/12, count 6/10, shape 5/6
-/// (docs/EVAL.md has the 40-clip figures).
-const MIN_ACCURACY: &[(&str, f64)] = &[("colour", 0.5), ("count", 0.4), ("shape", 0.5)];
+/// Least share right per kind. Measured on these clips (the model of 2026-12-06, run 5 in
+/// docs/EVAL.md; the same each run): colour 12/12, count 10/10, shape 5/6, motion 19/22, position
+/// 31/42, temporal 39/45 (docs/EVAL.md has the 40-clip figures).
+const MIN_ACCURACY: &[(&str, f64)] = &[
+    ("colour", 0.75),
+    ("count", 0.7),
+    ("shape", 0.5),
+    ("motion", 0.65),
+    ("position", 0.62),
+    ("temporal", 0.75),
+];
