@@ -180,22 +180,27 @@ fn first_token(g: &Generator, cache: &KvCache, prompt: &Prompt<'_>) -> (u32, usi
     (black_box(id), n)
 }
 
+/// The clip's source frames resized to its geometry, as ingest hands them on.
+fn resized(f: &Fixture, resizer: &mut Resizer) -> Vec<Vec<u8>> {
+    let stride = (f.case.source_width * 3) as usize;
+    f.source
+        .iter()
+        .map(|src| {
+            let mut rgb = vec![0u8; resizer.dst_len()];
+            resizer.resize(src, stride, &mut rgb).expect("resize");
+            rgb
+        })
+        .collect()
+}
+
 /// The clip's source frames as a request that re-encodes them sees them: resized, DiffFP (from a
 /// fresh state), the vision encoder.
 fn clip_memory(f: &Fixture, resizer: &mut Resizer, pr: &mut Pruner) -> Vec<MemoryFrame> {
-    let case = &f.case;
     pr.reset();
-    let frames: Vec<Arc<Frame>> = f
-        .source
-        .iter()
+    let frames: Vec<Arc<Frame>> = resized(f, resizer)
+        .into_iter()
         .enumerate()
-        .map(|(i, src)| {
-            let mut rgb = vec![0u8; resizer.dst_len()];
-            resizer
-                .resize(src, (case.source_width * 3) as usize, &mut rgb)
-                .expect("resize");
-            ring_frame(case, i, rgb, pr)
-        })
+        .map(|(i, rgb)| ring_frame(&f.case, i, rgb, pr))
         .collect();
     FrameEncoder::new()
         .encode(f.generator.engines().vision(), &frames)
@@ -249,24 +254,21 @@ fn bench(c: &mut Criterion) {
     .expect("resizer");
     let mut pr = pruner(case);
 
-    // ---- The vision encoder alone: the clip's first frames resized, every token kept.
+    // ---- The vision encoder alone: the clip's first frames resized, every token kept (each the
+    // first frame of a fresh pruner, which keeps it whole).
+    let clip = resized(&f, &mut resizer);
     let mut group = c.benchmark_group(format!("{dev}/vision"));
     group.sample_size(20);
-    let whole: Vec<Arc<Frame>> = f
-        .source
+    let whole: Vec<Arc<Frame>> = clip
         .iter()
         .take(4)
         .enumerate()
-        .map(|(i, src)| {
-            let mut rgb = vec![0u8; resizer.dst_len()];
-            resizer
-                .resize(src, (case.source_width * 3) as usize, &mut rgb)
-                .expect("resize");
-            let mut fr = ring_frame(case, i, rgb, &mut pruner(case));
-            Arc::get_mut(&mut fr).expect("not shared").tokens = None;
-            fr
-        })
+        .map(|(i, rgb)| ring_frame(case, i, rgb.clone(), &mut pruner(case)))
         .collect();
+    assert!(whole.iter().all(|fr| {
+        let t = fr.tokens.as_ref().expect("a mask");
+        t.kept == t.keep.len()
+    }));
     for k in [1, 4] {
         let frames = &whole[..k];
         group.bench_function(BenchmarkId::from_parameter(k), |b| {
@@ -350,18 +352,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| offline_request(&f, &mut resizer, &mut pr))
     });
 
-    // The clip's frames resized once; windows cycle them.
-    let clip: Vec<Vec<u8>> = f
-        .source
-        .iter()
-        .map(|src| {
-            let mut rgb = vec![0u8; resizer.dst_len()];
-            resizer
-                .resize(src, (case.source_width * 3) as usize, &mut rgb)
-                .expect("resize");
-            rgb
-        })
-        .collect();
+    // Windows cycle the clip's resized frames.
     for n in WINDOWS {
         let mut pr = pruner(case);
         let frames: Vec<Arc<Frame>> = (0..n)
