@@ -211,6 +211,7 @@ pub struct Session {
     stopping: Arc<AtomicBool>,
     secret: Option<Secret>,
     camera: Arc<str>,
+    shared: Arc<CameraShared>,
     stopped: bool,
 }
 
@@ -343,6 +344,7 @@ impl Session {
             stopping,
             secret,
             camera: shared.id.clone(),
+            shared: shared.clone(),
             stopped: false,
         };
         if let Err(e) = session.pipeline.set_state(gst::State::Playing) {
@@ -387,7 +389,15 @@ impl Session {
         if !self.stopped {
             self.stopped = true;
             self.stopping.store(true, Ordering::Release);
-            let _ = self.pipeline.set_state(gst::State::Null);
+            if !to_null_within(&self.pipeline, STOP_BOUND) {
+                Counters::bump(&self.shared.counters.left_behind);
+                tracing::warn!(
+                    camera = %self.camera,
+                    bound_secs = STOP_BOUND.as_secs(),
+                    "The pipeline did not reach Null in time and is left behind with its thread; \
+                     the camera goes on with a new one (docs/ARCHITECTURE.md, \"Platform facts\")"
+                );
+            }
         }
     }
 
@@ -456,6 +466,37 @@ impl Drop for Session {
     fn drop(&mut self) {
         // A pipeline dropped outside Null leaks its threads and sockets.
         self.shutdown();
+    }
+}
+
+/// How long a pipeline may take to reach Null. A stop takes milliseconds, or up to rtspsrc's
+/// `tcp-timeout` (5 s) for a server that stopped answering its TEARDOWN.
+const STOP_BOUND: Duration = Duration::from_secs(15);
+
+/// Sets `pipeline` to Null on a thread of its own and waits at most `bound`: whether it got there.
+///
+/// GStreamer 1.18's rtspsrc can deadlock there for good when its own task is closing the session
+/// after the server's end of stream (its rtpbin waits for a jitterbuffer's streaming lock while
+/// our state change waits for it; seen in the Debian 11 root, docs/ARCHITECTURE.md, "Platform
+/// facts"). Blocking the caller for ever would hold the camera in its stop and the runtime in its
+/// shutdown (it waits for its blocking tasks); past the bound the pipeline and the thread are left
+/// behind, a leak the camera survives.
+fn to_null_within(pipeline: &gst::Pipeline, bound: Duration) -> bool {
+    let (done, wait) = std::sync::mpsc::channel();
+    let p = pipeline.clone();
+    let stopper = std::thread::Builder::new()
+        .name("pipeline-stop".into())
+        .spawn(move || {
+            let _ = p.set_state(gst::State::Null);
+            let _ = done.send(());
+        });
+    match stopper {
+        Ok(_) => wait.recv_timeout(bound).is_ok(),
+        // No thread to be had: stop here, unbounded, as before.
+        Err(_) => {
+            let _ = pipeline.set_state(gst::State::Null);
+            true
+        }
     }
 }
 
@@ -897,4 +938,53 @@ fn copy_packed_rgb(buffer: &gst::BufferRef, info: &gst_video::VideoInfo) -> Opti
         out.extend_from_slice(&data[y * stride..y * stride + row]);
     }
     Some(out.into_boxed_slice())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline() -> gst::Pipeline {
+        init().unwrap();
+        gst::parse::launch("videotestsrc is-live=true ! fakesink name=sink")
+            .unwrap()
+            .downcast::<gst::Pipeline>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_pipeline_reaches_null_within_the_bound() {
+        let p = pipeline();
+        p.set_state(gst::State::Playing).unwrap();
+        assert!(to_null_within(&p, Duration::from_secs(30)));
+        assert_eq!(p.current_state(), gst::State::Null);
+    }
+
+    #[test]
+    fn a_stop_stuck_on_a_streaming_thread_returns_at_the_bound_and_finishes_later() {
+        let p = pipeline();
+        // The sink's streaming thread is held in a probe, with its stream lock, until released:
+        // going to Null waits for that lock, as rtspsrc's deadlock does for good.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = Mutex::new(held);
+        let (entered, inside) = std::sync::mpsc::sync_channel::<()>(1);
+        let sink = p.by_name("sink").unwrap().static_pad("sink").unwrap();
+        sink.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+            let _ = entered.try_send(());
+            let _ = held.lock().unwrap().recv();
+            gst::PadProbeReturn::Remove
+        });
+        p.set_state(gst::State::Playing).unwrap();
+        inside.recv_timeout(Duration::from_secs(30)).unwrap();
+
+        let t0 = Instant::now();
+        assert!(!to_null_within(&p, Duration::from_millis(300)));
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert_ne!(p.current_state(), gst::State::Null);
+        // Released, the stop left behind completes on its own thread.
+        release.send(()).unwrap();
+        let (_, state, _) = p.state(gst::ClockTime::from_seconds(30));
+        assert_eq!(state, gst::State::Null);
+    }
 }

@@ -108,6 +108,8 @@ pub struct Counters {
     pub frames_identical: AtomicU64,
     /// Compressed frames the decoder never got (`decode = "keyframes"`).
     pub undecoded: AtomicU64,
+    /// Pipelines that did not reach Null within the stop's bound and were left behind.
+    pub left_behind: AtomicU64,
     /// DiffFP's current threshold (f32 bits; adaptive mode moves it).
     pub prune_threshold_bits: std::sync::atomic::AtomicU32,
 }
@@ -137,6 +139,9 @@ pub struct CounterSnapshot {
     /// Compressed frames not decoded (`decode = "keyframes"`; absent in older reports).
     #[serde(default)]
     pub undecoded: u64,
+    /// Pipelines left behind by a stop that did not end in time (absent in older reports).
+    #[serde(default)]
+    pub left_behind: u64,
 }
 
 impl CounterSnapshot {
@@ -192,6 +197,7 @@ impl Counters {
             tokens_kept: self.tokens_kept.load(Ordering::Relaxed),
             frames_identical: self.frames_identical.load(Ordering::Relaxed),
             undecoded: self.undecoded.load(Ordering::Relaxed),
+            left_behind: self.left_behind.load(Ordering::Relaxed),
         }
     }
 }

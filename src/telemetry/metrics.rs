@@ -34,7 +34,13 @@ pub fn render_cameras(views: &[CameraView]) -> String {
         &'static str,
         fn(&CameraView) -> f64,
     );
-    let metrics: [Metric; 16] = [
+    let metrics: [Metric; 17] = [
+        (
+            "edgevlm_camera_pipelines_left_behind_total",
+            "counter",
+            "Pipelines that did not stop within the bound and were left behind (a GStreamer deadlock; docs/ARCHITECTURE.md).",
+            |v| v.shared.counters.snapshot().left_behind as f64,
+        ),
         (
             "edgevlm_camera_frames_in_total",
             "counter",
