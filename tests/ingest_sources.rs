@@ -391,3 +391,55 @@ fn probe_runs_a_user_template_file_and_refuses_a_broken_one_with_its_line() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A pipeline that cannot reach Null in time is left behind and the camera goes on. Here the
+/// streaming thread sleeps 40 s inside `identity` on the first buffer, holding its stream lock,
+/// which is what GStreamer 1.18's rtspsrc does for good when it deadlocks on a stop
+/// (docs/ARCHITECTURE.md, "Platform facts"): the first-frame timeout restarts the camera, its stop
+/// gives the pipeline up after the 15 s bound and counts it, and the camera starts its next
+/// attempt; the shutdown's stop of that one ends at the bound too, instead of holding the camera's
+/// task (and a runtime's shutdown) until the sleep ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_that_cannot_stop_in_time_is_left_behind_and_the_camera_goes_on() {
+    let dir = common::tempdir::tempdir("stuck-stop");
+    let template = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/test.pipeline"),
+    )
+    .unwrap()
+    .replace(
+        "videotestsrc name=src is-live=true !",
+        "videotestsrc name=src is-live=true ! identity sleep-time=40000000 !",
+    );
+    assert!(template.contains("identity"), "{template}");
+    std::fs::write(dir.path().join("stuck.pipeline"), template).unwrap();
+    let cfg = Config::parse(
+        "[[cameras]]\nid = \"stuck\"\nuri = \"test://ball\"\npipeline_file = \"stuck.pipeline\"\n\
+         sample_fps = 1\nconnect_timeout_secs = 1\nretry_initial_secs = 0.2\nretry_max_secs = 0.4\n",
+        Some(dir.path()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let sup = Supervisor::start(&cfg);
+    let cam = sup.camera("stuck").unwrap();
+    let left = || cam.shared.counters.snapshot().left_behind;
+    // The first stop was given up and the next attempt has started its pipeline: the camera's
+    // task was not held by the first.
+    assert!(
+        wait_until(Duration::from_secs(60), || left() == 1
+            && cam.status().restarts == 1
+            && cam.status().state == CameraState::Starting)
+        .await,
+        "the camera did not go on: left behind {}, {:?}",
+        left(),
+        cam.status()
+    );
+    assert_eq!(cam.window.info().frames, 0);
+    // The shutdown stops that second pipeline, stuck the same way once its first buffer is in
+    // `identity` (milliseconds after it plays; two seconds are left for a loaded machine): the
+    // stop ends at the bound, not at the end of the sleep, and the pipeline is counted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let shared = cam.shared.clone();
+    let t0 = std::time::Instant::now();
+    sup.shutdown(Duration::from_secs(40)).await;
+    assert_eq!(shared.counters.snapshot().left_behind, 2);
+    assert!(t0.elapsed() < Duration::from_secs(25), "{:?}", t0.elapsed());
+}
