@@ -210,7 +210,6 @@ pub struct Session {
     /// hand-off gives up.
     stopping: Arc<AtomicBool>,
     secret: Option<Secret>,
-    camera: Arc<str>,
     shared: Arc<CameraShared>,
     stopped: bool,
 }
@@ -218,7 +217,7 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("camera", &self.camera)
+            .field("camera", &self.shared.id)
             .finish()
     }
 }
@@ -343,7 +342,6 @@ impl Session {
             notify,
             stopping,
             secret,
-            camera: shared.id.clone(),
             shared: shared.clone(),
             stopped: false,
         };
@@ -392,7 +390,7 @@ impl Session {
             if !to_null_within(&self.pipeline, STOP_BOUND) {
                 Counters::bump(&self.shared.counters.left_behind);
                 tracing::warn!(
-                    camera = %self.camera,
+                    camera = %self.shared.id,
                     bound_secs = STOP_BOUND.as_secs(),
                     "The pipeline did not reach Null in time and is left behind with its thread; \
                      the camera goes on with a new one (docs/ARCHITECTURE.md, \"Platform facts\")"
@@ -433,7 +431,7 @@ impl Session {
             MessageView::Eos(_) => Some(SessionEvent::Eos),
             MessageView::Warning(w) => {
                 tracing::warn!(
-                    camera = %self.camera,
+                    camera = %self.shared.id,
                     warning = %self.scrub(&w.error().to_string()),
                     "Pipeline warning"
                 );

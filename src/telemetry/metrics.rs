@@ -36,12 +36,6 @@ pub fn render_cameras(views: &[CameraView]) -> String {
     );
     let metrics: [Metric; 17] = [
         (
-            "edgevlm_camera_pipelines_left_behind_total",
-            "counter",
-            "Pipelines that did not stop within the bound and were left behind (a GStreamer deadlock; docs/ARCHITECTURE.md).",
-            |v| v.shared.counters.snapshot().left_behind as f64,
-        ),
-        (
             "edgevlm_camera_frames_in_total",
             "counter",
             "Decoded frames that reached the rate stage.",
@@ -76,6 +70,12 @@ pub fn render_cameras(views: &[CameraView]) -> String {
             "counter",
             "Pipeline restarts after failures.",
             |v| v.shared.counters.snapshot().restarts as f64,
+        ),
+        (
+            "edgevlm_camera_pipelines_left_behind_total",
+            "counter",
+            "Pipelines that did not stop within the bound and were left behind (a GStreamer deadlock; docs/ARCHITECTURE.md).",
+            |v| v.shared.counters.snapshot().left_behind as f64,
         ),
         (
             "edgevlm_camera_up",
