@@ -737,6 +737,11 @@ def main() -> None:
                     help="stage 2 encodes through the patch embedding as a matrix product and each frame "
                          "once: 1.17x faster a step, equal up to rounding, not bit for bit, to the "
                          "recorded runs (made without it; docs/EVAL.md, \"Step time\")")
+    ap.add_argument("--schedule", choices=("cosine", "wsd"), default="cosine",
+                    help="stage 2's learning rate after the warm-up: a cosine down to 5 %% of --lr (the recorded "
+                         "runs), or wsd: --lr held until the last --decay-share of the steps, then a straight "
+                         "line down to 5 %%")
+    ap.add_argument("--decay-share", type=float, default=0.25, help="wsd: the share of the steps that decay")
     ap.add_argument("--eval-every", type=int, default=1000)
     ap.add_argument("--eval-clips", type=int, default=30)
     args = ap.parse_args()
@@ -831,6 +836,11 @@ def run(rank: int, args, port) -> None:
         if step < warm:
             return args.lr * (step + 1) / warm
         p = (step - warm) / max(1, args.steps - warm)
+        if args.schedule == "wsd":
+            # Warm-up, stable, decay: the peak rate until the last `decay_share` of the steps, then
+            # a straight line down to the same floor as the cosine's (docs/EVAL.md, "Run 9").
+            d = max(0.0, (p - (1 - args.decay_share)) / args.decay_share)
+            return args.lr * (1 - 0.95 * d)
         return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
 
     started = time.time()
