@@ -194,10 +194,11 @@ async fn held_out_scenes_over_rtsp_get_answers_about_the_footage() {
     );
     // What this model gets right reliably is asserted; narrations are measured (docs/EVAL.md has
     // the held-out accuracy per kind under the three conditions). From the text alone shape and
-    // colour are right at most 1 time in 7, motion, position and temporal about 1 in 3, count
-    // 45 % (docs/EVAL.md); swapped channels, frames out of order or features of the wrong frames
-    // bring them down to that. Frame times 2 s late (the stream items' `Time`) took temporal to
-    // 26/45 and position to 25/42 here, under their bounds.
+    // colour are right at most 1 time in 40, motion 30 %, count 45 %, position 48 % and temporal
+    // 64 % (the commonest answers: docs/EVAL.md), each under its floor; swapped channels, frames
+    // out of order or features of the wrong frames bring them down towards that (MIN_ACCURACY).
+    // Frame times 2 s late (the stream items' `Time`) took temporal to 26/45 and position to 25/42
+    // here with the model before this one, under their floors.
     for (kind, least) in MIN_ACCURACY {
         let (r, t) = score.get(*kind).copied().unwrap_or_default();
         assert!(t > 0, "no {kind} question asked");
@@ -346,14 +347,18 @@ async fn ask_every_question(
     Ok(answers)
 }
 
-/// Least share right per kind. Measured on these clips (the model of 2026-12-06, run 5 in
-/// docs/EVAL.md; the same each run): colour 12/12, count 10/10, shape 5/6, motion 19/22, position
-/// 31/42, temporal 39/45 (docs/EVAL.md has the 40-clip figures).
+/// Least share right per kind. Measured on these clips with the model of 2026-12-06 (run 9 in
+/// docs/EVAL.md): colour 9/12, count 10/10, shape 6/6, motion 15/22, position 33-34/42, temporal
+/// 39-41/45 (the last two move by a question or two with the host's load: which frame the sampler
+/// keeps). With the frames' channels swapped (BGR) the same model answered, over the 40 clips of
+/// docs/EVAL.md, colour 36 %, motion 53 %, shape 54 %, position 58 %, temporal 76 % (right: 77, 81,
+/// 95, 88, 94 %): the colour and position floors are what catch that, motion's and temporal's catch
+/// frames out of order or late.
 const MIN_ACCURACY: &[(&str, f64)] = &[
-    ("colour", 0.75),
+    ("colour", 0.55),
     ("count", 0.7),
     ("shape", 0.5),
-    ("motion", 0.65),
-    ("position", 0.62),
-    ("temporal", 0.75),
+    ("motion", 0.55),
+    ("position", 0.65),
+    ("temporal", 0.8),
 ];
