@@ -156,7 +156,7 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None):
                 first = len(ids)
                 text(piece, learn=True)
                 if keys:
-                    guides.append((list(range(first - 1, len(ids) - 1)), keys))
+                    guides.append((list(range(first - 1, len(ids) - 1)), keys, q["kind"]))
         sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids)))
     return ids, labels, visual, (prefix, spans), ends, guides
@@ -430,8 +430,9 @@ class AttentionGuide(torch.nn.Module):
     def _keep(self, module, args, kwargs):
         self.seen = (kwargs["hidden_states"], kwargs["position_embeddings"])
 
-    def loss(self, allowed: torch.Tensor, rows: list) -> torch.Tensor:
-        """`rows`: (batch row, query positions, key positions) per guided answer."""
+    def loss(self, allowed: torch.Tensor, rows: list, weights: list | None = None) -> torch.Tensor:
+        """`rows`: (batch row, query positions, key positions) per guided answer; `weights`: one per
+        row (None: the plain mean, as the recorded runs)."""
         from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
         h, (cos, sin) = self.seen
@@ -446,7 +447,12 @@ class AttentionGuide(torch.nn.Module):
             logits = logits.masked_fill(~allowed[r, qpos], float("-inf"))
             on = logits[:, kpos].logsumexp(-1) - logits.logsumexp(-1)
             losses.append(-on.mean())
-        return torch.stack(losses).mean() if losses else torch.zeros(())
+        if not losses:
+            return torch.zeros(())
+        if weights is None:
+            return torch.stack(losses).mean()
+        w = torch.tensor(weights)
+        return (torch.stack(losses) * w).sum() / w.sum()
 
 
 class LinearPatches(torch.nn.Module):
@@ -715,6 +721,9 @@ def main() -> None:
                     help="weight of the decoder probe's loss (DecoderProbe; 0: none)")
     ap.add_argument("--guide-weight", type=float, default=1.0,
                     help="weight of the attention guide's loss (AttentionGuide; 0: none)")
+    ap.add_argument("--guide-colour", type=float, default=1.0,
+                    help="weight of colour answers (\"What colour is the ball?\": found by shape) among the "
+                         "guided pieces (1: every piece alike, as the recorded runs)")
     ap.add_argument("--vision-from", type=Path, default=None,
                     help="take the vision encoder and projector of this checkpoint and skip stage 1")
     ap.add_argument("--init", type=Path, default=None, help="continue from this checkpoint (a second phase)")
@@ -880,7 +889,11 @@ def run(rank: int, args, port) -> None:
             loss = loss + args.decoder_probe_weight * dprobe_loss
         guide_loss = torch.zeros(())
         if args.guide_weight:
-            guide_loss = guide.loss(forward.allowed, [(r, qp, kp) for r, b in enumerate(batch) for qp, kp in b[7]])
+            rows = [(r, qp, kp) for r, b in enumerate(batch) for qp, kp, _ in b[7]]
+            weights = None
+            if args.guide_colour != 1.0:
+                weights = [args.guide_colour if kind == "colour" else 1.0 for b in batch for _, _, kind in b[7]]
+            guide_loss = guide.loss(forward.allowed, rows, weights)
             loss = loss + args.guide_weight * guide_loss
         opt.zero_grad()
         loss.backward()
