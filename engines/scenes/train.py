@@ -834,8 +834,8 @@ def run(rank: int, args, port) -> None:
             vision_log = pretrain_vision(vision, probe, args.vision_steps, args.vision_batch, args.vision_lr,
                                          args.seed, rank, world, args.vision_targets or None)
     if args.fast_step:
-        # Stage 2 and the held-out checks encode frames with the patch embedding as a matrix product.
-        vision = VisionExport(model, 2)
+        # Stage 2 and the held-out checks encode frames with the patch embedding as a matrix product
+        # (the same weights: only the encoder's first step is swapped).
         vision.embeddings = LinearPatches(model.model.vision_model.embeddings)
     trained = [*model.parameters(), *probe.parameters(), *dprobe.parameters()]
     opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
