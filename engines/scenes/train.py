@@ -430,19 +430,24 @@ class AttentionGuide(torch.nn.Module):
     def _keep(self, module, args, kwargs):
         self.seen = (kwargs["hidden_states"], kwargs["position_embeddings"])
 
-    def loss(self, allowed: torch.Tensor, rows: list, weights: list | None = None) -> torch.Tensor:
+    def loss(self, allowed: torch.Tensor, rows: list, weights: list | None = None,
+             heads: list | None = None) -> torch.Tensor:
         """`rows`: (batch row, query positions, key positions) per guided answer; `weights`: one per
-        row (None: the plain mean, as the recorded runs)."""
+        row (None: the plain mean, as the recorded runs); `heads`: the head of layer `LAYER` each row
+        guides (None: `HEAD` for all, as the recorded runs)."""
         from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
         h, (cos, sin) = self.seen
         a, d = self.attn, self.attn.head_dim
-        q = a.q_proj(h)[..., self.HEAD * d:(self.HEAD + 1) * d].unsqueeze(1)
-        kv = self.HEAD // a.num_key_value_groups
-        k = a.k_proj(h)[..., kv * d:(kv + 1) * d].unsqueeze(1)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        qk = {}
+        for head in sorted(set(heads or [self.HEAD])):
+            q = a.q_proj(h)[..., head * d:(head + 1) * d].unsqueeze(1)
+            kv = head // a.num_key_value_groups
+            k = a.k_proj(h)[..., kv * d:(kv + 1) * d].unsqueeze(1)
+            qk[head] = apply_rotary_pos_emb(q, k, cos, sin)
         losses = []
-        for r, qpos, kpos in rows:
+        for j, (r, qpos, kpos) in enumerate(rows):
+            q, k = qk[heads[j] if heads else self.HEAD]
             logits = (q[r, 0, qpos] @ k[r, 0].T) * a.scaling            # [Q, L]
             logits = logits.masked_fill(~allowed[r, qpos], float("-inf"))
             on = logits[:, kpos].logsumexp(-1) - logits.logsumexp(-1)
@@ -724,6 +729,9 @@ def main() -> None:
     ap.add_argument("--guide-colour", type=float, default=1.0,
                     help="weight of colour answers (\"What colour is the ball?\": found by shape) among the "
                          "guided pieces (1: every piece alike, as the recorded runs)")
+    ap.add_argument("--colour-head", type=int, default=None,
+                    help="guide colour answers on this head of the guided layer instead of the head every "
+                         "other piece is guided on (AttentionGuide; unset: one head for all, as the recorded runs)")
     ap.add_argument("--vision-from", type=Path, default=None,
                     help="take the vision encoder and projector of this checkpoint and skip stage 1")
     ap.add_argument("--init", type=Path, default=None, help="continue from this checkpoint (a second phase)")
@@ -757,6 +765,8 @@ def main() -> None:
     if args.batch % args.workers or args.vision_batch % args.workers:
         ap.error(f"--batch ({args.batch}) and --vision-batch ({args.vision_batch}) must divide among "
                  f"--workers ({args.workers})")
+    if args.colour_head is not None and not 0 <= args.colour_head < TEXT["num_attention_heads"]:
+        ap.error(f"--colour-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.colour_head}")
     if args.workers == 1:
         run(0, args, None)
         return
@@ -893,7 +903,10 @@ def run(rank: int, args, port) -> None:
             weights = None
             if args.guide_colour != 1.0:
                 weights = [args.guide_colour if kind == "colour" else 1.0 for b in batch for _, _, kind in b[7]]
-            guide_loss = guide.loss(forward.allowed, rows, weights)
+            heads = None
+            if args.colour_head is not None:
+                heads = [args.colour_head if kind == "colour" else guide.HEAD for b in batch for _, _, kind in b[7]]
+            guide_loss = guide.loss(forward.allowed, rows, weights, heads)
             loss = loss + args.guide_weight * guide_loss
         opt.zero_grad()
         loss.backward()
