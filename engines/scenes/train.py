@@ -430,33 +430,32 @@ class AttentionGuide(torch.nn.Module):
     def _keep(self, module, args, kwargs):
         self.seen = (kwargs["hidden_states"], kwargs["position_embeddings"])
 
-    def loss(self, allowed: torch.Tensor, rows: list, weights: list | None = None,
-             heads: list | None = None) -> torch.Tensor:
-        """`rows`: (batch row, query positions, key positions) per guided answer; `weights`: one per
-        row (None: the plain mean, as the recorded runs); `heads`: the head of layer `LAYER` each row
-        guides (None: `HEAD` for all, as the recorded runs)."""
+    def loss(self, allowed: torch.Tensor, rows: list, weighted: bool = False) -> torch.Tensor:
+        """`rows`: (batch row, query positions, key positions, head of layer `LAYER`, weight) per
+        guided answer; `weighted`: weigh the rows' losses (False: their plain mean, as the recorded
+        runs, whatever the weights)."""
         from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
         h, (cos, sin) = self.seen
         a, d = self.attn, self.attn.head_dim
+        queries, keys = a.q_proj(h), a.k_proj(h)
         qk = {}
-        for head in sorted(set(heads or [self.HEAD])):
-            q = a.q_proj(h)[..., head * d:(head + 1) * d].unsqueeze(1)
+        for head in sorted({row[3] for row in rows}):
             kv = head // a.num_key_value_groups
-            k = a.k_proj(h)[..., kv * d:(kv + 1) * d].unsqueeze(1)
-            qk[head] = apply_rotary_pos_emb(q, k, cos, sin)
+            qk[head] = apply_rotary_pos_emb(queries[..., head * d:(head + 1) * d].unsqueeze(1),
+                                            keys[..., kv * d:(kv + 1) * d].unsqueeze(1), cos, sin)
         losses = []
-        for j, (r, qpos, kpos) in enumerate(rows):
-            q, k = qk[heads[j] if heads else self.HEAD]
+        for r, qpos, kpos, head, _ in rows:
+            q, k = qk[head]
             logits = (q[r, 0, qpos] @ k[r, 0].T) * a.scaling            # [Q, L]
             logits = logits.masked_fill(~allowed[r, qpos], float("-inf"))
             on = logits[:, kpos].logsumexp(-1) - logits.logsumexp(-1)
             losses.append(-on.mean())
         if not losses:
             return torch.zeros(())
-        if weights is None:
+        if not weighted:
             return torch.stack(losses).mean()
-        w = torch.tensor(weights)
+        w = torch.tensor([row[4] for row in rows])
         return (torch.stack(losses) * w).sum() / w.sum()
 
 
@@ -899,14 +898,10 @@ def run(rank: int, args, port) -> None:
             loss = loss + args.decoder_probe_weight * dprobe_loss
         guide_loss = torch.zeros(())
         if args.guide_weight:
-            rows = [(r, qp, kp) for r, b in enumerate(batch) for qp, kp, _ in b[7]]
-            weights = None
-            if args.guide_colour != 1.0:
-                weights = [args.guide_colour if kind == "colour" else 1.0 for b in batch for _, _, kind in b[7]]
-            heads = None
-            if args.colour_head is not None:
-                heads = [args.colour_head if kind == "colour" else guide.HEAD for b in batch for _, _, kind in b[7]]
-            guide_loss = guide.loss(forward.allowed, rows, weights, heads)
+            colour_head = guide.HEAD if args.colour_head is None else args.colour_head
+            rows = [(r, qp, kp, *((colour_head, args.guide_colour) if kind == "colour" else (guide.HEAD, 1.0)))
+                    for r, b in enumerate(batch) for qp, kp, kind in b[7]]
+            guide_loss = guide.loss(forward.allowed, rows, weighted=args.guide_colour != 1.0)
             loss = loss + args.guide_weight * guide_loss
         opt.zero_grad()
         loss.backward()
