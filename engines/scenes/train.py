@@ -438,12 +438,14 @@ class AttentionGuide(torch.nn.Module):
 
         h, (cos, sin) = self.seen
         a, d = self.attn, self.attn.head_dim
-        queries, keys = a.q_proj(h), a.k_proj(h)
         qk = {}
         for head in sorted({row[3] for row in rows}):
+            # Projected once per guided head, not once for all heads: the same values, but the
+            # projections' gradients then sum in the order of the recorded runs (one projection for
+            # both heads of --colour-head changes run 11's weights from clip step 80 on).
             kv = head // a.num_key_value_groups
-            qk[head] = apply_rotary_pos_emb(queries[..., head * d:(head + 1) * d].unsqueeze(1),
-                                            keys[..., kv * d:(kv + 1) * d].unsqueeze(1), cos, sin)
+            qk[head] = apply_rotary_pos_emb(a.q_proj(h)[..., head * d:(head + 1) * d].unsqueeze(1),
+                                            a.k_proj(h)[..., kv * d:(kv + 1) * d].unsqueeze(1), cos, sin)
         losses = []
         for r, qpos, kpos, head, _ in rows:
             q, k = qk[head]
