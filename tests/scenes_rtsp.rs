@@ -193,12 +193,13 @@ async fn held_out_scenes_over_rtsp_get_answers_about_the_footage() {
         wrong.join("\n")
     );
     // What this model gets right reliably is asserted; narrations are measured (docs/EVAL.md has
-    // the held-out accuracy per kind under the three conditions). From the text alone shape and
-    // colour are right at most 1 time in 40, motion 30 %, count 45 %, position 48 % and temporal
-    // 64 % (the commonest answers: docs/EVAL.md), each under its floor; swapped channels, frames
-    // out of order or features of the wrong frames bring them down towards that (MIN_ACCURACY).
-    // Frame times 2 s late (the stream items' `Time`) took temporal to 26/45 and position to 25/42
-    // here with the model before this one, under their floors.
+    // the held-out accuracy per kind under the three conditions). From the text alone colour,
+    // shape and motion are right 0 times of the 40 clips' questions, count 12.5 %, position 4 %
+    // and temporal 41 % (run 9: at most 1 in 40, 45, 48 and 64 %, the commonest answers:
+    // docs/EVAL.md), each under its floor; swapped channels, frames out of order or features of
+    // the wrong frames bring them down towards that (MIN_ACCURACY). Frame times 2 s late (the
+    // stream items' `Time`) took temporal to 26/45 and position to 25/42 here with an earlier
+    // model (before run 9), under their floors.
     for (kind, least) in MIN_ACCURACY {
         let (r, t) = score.get(*kind).copied().unwrap_or_default();
         assert!(t > 0, "no {kind} question asked");
@@ -347,15 +348,17 @@ async fn ask_every_question(
     Ok(answers)
 }
 
-/// Least share right per kind. Measured on these clips with the model of 2026-12-06 (run 9 in
-/// docs/EVAL.md): colour 9/12, count 10/10, shape 6/6, motion 15/22, position 33-34/42, temporal
-/// 39-41/45 (the last two move by a question or two with the host's load: which frame the sampler
-/// keeps). With the frames' channels swapped (BGR) the same model answered, over the 40 clips of
-/// docs/EVAL.md, colour 36 %, motion 53 %, shape 54 %, position 58 %, temporal 76 % (right: 77, 81,
-/// 95, 88, 94 %): the colour and position floors are what catch that, motion's and temporal's catch
-/// frames out of order or late.
+/// Least share right per kind. Measured on these clips with the model of 2026-12-07 (run 13 in
+/// docs/EVAL.md), twice alike: colour 12/12, count 10/10, shape 6/6, motion 18/22, position 36/42,
+/// temporal 41/45; the model before it (run 9) had colour 9/12, motion 15/22, position 33-34/42,
+/// temporal 39-41/45 (position and temporal move by a question or two with the host's load: which
+/// frame the sampler keeps). With the frames' channels swapped (BGR) run 9 answered, over the 40
+/// clips of docs/EVAL.md, colour 36 %, motion 53 %, shape 54 %, position 58 %, temporal 76 %
+/// (right: 77, 81, 95, 88, 94 %): the colour and position floors are what catch that, motion's and
+/// temporal's catch frames out of order or late. Colour's floor rose from 0.55 to 0.75 with run 13,
+/// which reads colour by shape (98 % of the held-out colour questions against run 9's 77 %).
 const MIN_ACCURACY: &[(&str, f64)] = &[
-    ("colour", 0.55),
+    ("colour", 0.75),
     ("count", 0.7),
     ("shape", 0.5),
     ("motion", 0.55),
