@@ -44,6 +44,12 @@ alone would be 24 M parameters (97 MB in float32), far over the 20 MB the weight
 
 Seeded throughout: the same command gives the same weights on the same machine (torch CPU kernels,
 two workers of one thread). Prints held-out accuracy per question kind as it goes (teacher-forced, exact match).
+
+The budget is wall time, and a host's speed varies by a fifth from day to day, so a fixed --steps
+either leaves minutes unused or runs over. --budget-minutes (with --schedule wsd) fits stage 2 to
+the time instead: the rate stays at its peak until --decay-share of stage 2's time is left, then
+decays over as many steps as that time allows at the pace of the last 200 steps. The log and
+training.json record the two steps chosen; --steps N --decay-start M repeats the run exactly.
 """
 
 from __future__ import annotations
@@ -106,7 +112,29 @@ def build_tokenizer():
     return tok
 
 
-def sample_text(tok, scene, keep, rng, turns: int, tokens=None):
+# How often each kind of question is drawn for a clip's turns, against its share of the clip's
+# questions: narrations and the rarer kinds more often (--kind-weights changes them).
+KIND_WEIGHTS = {"narration": 3.0, "count": 1.5, "colour": 1.0, "shape": 1.0, "position": 1.0,
+                "motion": 2.0, "temporal": 1.2}
+
+
+def kind_weights(spec: str) -> dict:
+    """`--kind-weights`: "motion=3,position=1.5" over KIND_WEIGHTS."""
+    out = dict(KIND_WEIGHTS)
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        kind, sep, value = part.partition("=")
+        if not sep or kind not in out:
+            raise SystemExit(f"--kind-weights: expected KIND=WEIGHT with KIND one of {sorted(out)}, got {part!r}")
+        try:
+            out[kind] = float(value)
+        except ValueError:
+            raise SystemExit(f"--kind-weights: {kind}: expected a number, got {value!r}") from None
+        if out[kind] <= 0:
+            raise SystemExit(f"--kind-weights: {kind}: expected a weight above 0, got {value!r}")
+    return out
+
+
+def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = KIND_WEIGHTS):
     """One training sequence: ids, labels (-100: not learned), visual tokens (position, frame,
     token), the turns (the frames' end, each turn's span), each frame's <|stream_end|> position and,
     with the render's per-token object labels `tokens`, the attention guide's rows (query
@@ -137,10 +165,8 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None):
     prefix = len(ids)
     spans = []
     qs = scenes.questions(scene, rng)
-    # Narrations and the rarer kinds are drawn more often than their share of all questions.
-    weights = np.array([{"narration": 3.0, "count": 1.5, "colour": 1.0, "shape": 1.0, "position": 1.0,
-                         "motion": 2.0, "temporal": 1.2}[q["kind"]] for q in qs])
-    pick = rng.choice(len(qs), size=min(turns, len(qs)), replace=False, p=weights / weights.sum())
+    w = np.array([weights[q["kind"]] for q in qs])
+    pick = rng.choice(len(qs), size=min(turns, len(qs)), replace=False, p=w / w.sum())
     guides = []
     for k in pick:
         q = qs[k]
@@ -678,6 +704,28 @@ def pretrain_vision(vision, probe, steps: int, batch: int, lr: float, seed: int,
     return log
 
 
+BUDGET_RESERVE_S = 30   # the last held-out check and the saves after the last step
+
+
+def budget_plan(plan, step: int, marks: list, stage2_at: float, now: float, args) -> None:
+    """--budget-minutes: once `now` (seconds since the run began) passes the point where the time
+    left for stage 2 is `--decay-share` of the time it has in all, fixes `plan` (decay start, last
+    step): the decay runs for as many steps as the time left allows at the pace of the last 200
+    steps. Until then `plan` stays unknown and the rate stays at its peak."""
+    total = args.budget_minutes * 60 - BUDGET_RESERVE_S - stage2_at   # stage 2's seconds in all
+    into = now - stage2_at
+    if into < (1 - args.decay_share) * total:
+        return
+    if len(marks) < 2:   # no pace measured yet: wait for one unless the time is up
+        if into < total:
+            return
+        plan[0], plan[1] = step, step + 1
+        return
+    (s0, t0), (s1, t1) = marks[-11] if len(marks) > 10 else marks[0], marks[-1]
+    per_step = (t1 - t0) / max(1, s1 - s0)
+    plan[0], plan[1] = step, step + max(1, int((total - into) / per_step))
+
+
 def average_gradients(params: list, world: int) -> None:
     """Data parallelism over `world` worker processes (gloo): every worker ends the step with the
     mean of all workers' gradients, so their weights stay identical. Two one-thread workers run
@@ -722,6 +770,9 @@ def main() -> None:
     ap.add_argument("--grad-frames", type=int, default=6,
                     help="frames per clip the vision encoder learns from, the others forward only (0: all)")
     ap.add_argument("--long-clips", action="store_true", help="clips of up to 64 frames (4-12 otherwise)")
+    ap.add_argument("--kind-weights", default="",
+                    help="how often each kind of question is drawn for a clip's turns, as KIND=WEIGHT,... over "
+                         "the defaults (KIND_WEIGHTS), e.g. motion=3,position=1.5")
     ap.add_argument("--probe-weight", type=float, default=1.0, help="weight of the per-token auxiliary loss")
     ap.add_argument("--decoder-probe-weight", type=float, default=0.3,
                     help="weight of the decoder probe's loss (DecoderProbe; 0: none)")
@@ -764,9 +815,23 @@ def main() -> None:
                          "runs), or wsd: --lr held until the last --decay-share of the steps, then a straight "
                          "line down to 5 %%")
     ap.add_argument("--decay-share", type=float, default=0.25, help="wsd: the share of the steps that decay")
+    ap.add_argument("--budget-minutes", type=float, default=None,
+                    help="wsd: instead of --steps, train stage 2 as long as the run, stage 1 included, stays "
+                         "within this many minutes: the decay starts when --decay-share of stage 2's time is "
+                         "left and lasts as many steps as that time allows at the recent pace (the log and "
+                         "training.json give --steps and --decay-start that repeat the run)")
+    ap.add_argument("--decay-start", type=int, default=None,
+                    help="wsd: the step the decay starts at (with --steps: repeats a --budget-minutes run)")
     ap.add_argument("--eval-every", type=int, default=1000)
     ap.add_argument("--eval-clips", type=int, default=30)
     args = ap.parse_args()
+    kind_weights(args.kind_weights)  # a bad value fails here, not after stage 1
+    if (args.budget_minutes is not None or args.decay_start is not None) and args.schedule != "wsd":
+        ap.error("--budget-minutes and --decay-start need --schedule wsd")
+    if args.budget_minutes is not None and (args.decay_start is not None or args.budget_minutes <= 0):
+        ap.error("--budget-minutes: expected minutes above 0, without --decay-start")
+    if args.decay_start is not None and not args.warmup <= args.decay_start < args.steps:
+        ap.error(f"--decay-start: expected a step of {args.warmup}..{args.steps - 1}, got {args.decay_start}")
     if args.batch % args.workers or args.vision_batch % args.workers:
         ap.error(f"--batch ({args.batch}) and --vision-batch ({args.vision_batch}) must divide among "
                  f"--workers ({args.workers})")
@@ -860,9 +925,21 @@ def run(rank: int, args, port) -> None:
     opt = torch.optim.AdamW(trained, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm = args.warmup
 
+    # With --budget-minutes the steps are not known in advance: `plan` holds the step the decay
+    # starts at and the last step, both unknown (-1) until worker 0 fixes them from the time left
+    # (`budget_plan`) and sends them to the other workers.
+    plan = torch.tensor([args.decay_start if args.decay_start is not None else -1,
+                         -1 if args.budget_minutes else args.steps], dtype=torch.long)
+
     def lr_at(step):
         if step < warm:
             return args.lr * (step + 1) / warm
+        if args.budget_minutes or args.decay_start is not None:
+            # The same straight line, from a decay step chosen by the time left (or given to repeat
+            # such a run: --steps N --decay-start M, both from its log).
+            start, last = int(plan[0]), int(plan[1])
+            d = 0.0 if start < 0 or step < start else (step - start) / max(1, last - start)
+            return args.lr * (1 - 0.95 * d)
         p = (step - warm) / max(1, args.steps - warm)
         if args.schedule == "wsd":
             # Warm-up, stable, decay: the peak rate until the last `decay_share` of the steps, then
@@ -877,7 +954,19 @@ def run(rank: int, args, port) -> None:
     index = args.first_clip + rank
     share = args.batch // world
     pending: list = []
-    for step in range(args.steps):
+    weights = kind_weights(args.kind_weights)
+    marks: list = []   # (step, time) every 20 steps: the recent time a step takes
+    step = 0
+    while int(plan[1]) < 0 or step < int(plan[1]):
+        if args.budget_minutes and step % 20 == 0:
+            if rank == 0 and int(plan[1]) < 0:
+                marks.append((step, time.time()))
+                budget_plan(plan, step, marks, started - begun, time.time() - begun, args)
+            if world > 1:
+                dist.broadcast(plan, 0)
+            if int(plan[1]) >= 0 and int(plan[0]) == step:
+                say(f"decay from step {int(plan[0])} to step {int(plan[1])} (repeat with --steps {int(plan[1])} "
+                    f"--decay-start {int(plan[0])}) at {time.time() - begun:.0f}s", flush=True)
         if not pending:
             # Four batches' worth of clips, sorted by length so a batch pads little.
             for _ in range(4 * share):
@@ -887,7 +976,8 @@ def run(rank: int, args, port) -> None:
                 frames, tokens = scenes.render(scene, labels=True)
                 frames = augment(frames, rng)
                 keep = scenes.diff_fp(frames)
-                ids, labels, visual, turns, ends, guides = sample_text(tok, scene, keep, rng, args.turns, tokens)
+                ids, labels, visual, turns, ends, guides = sample_text(tok, scene, keep, rng, args.turns,
+                                                                       tokens, weights)
                 pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns,
                                 decoder_targets(tok, scene, tokens, visual, ends), guides))
             pending.sort(key=lambda b: len(b[0]))
@@ -924,13 +1014,14 @@ def run(rank: int, args, port) -> None:
             dacc = " ".join(f"{k} {a:.2f}" for k, a in dprobe_acc.items())
             print(f"step {step} loss {lm_loss.item():.4f} probe {probe_loss.item():.3f} ({acc}) "
                   f"decoder probe {dprobe_loss.item():.3f} ({dacc}) guide {guide_loss.item():.3f} lr {lr_at(step):.2e} {el:.0f}s", flush=True)
-        if rank == 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
+        if rank == 0 and ((step + 1) % args.eval_every == 0 or step + 1 == int(plan[1])):
             torch.set_num_threads(args.threads)   # the other workers wait for this one
             acc = heldout_accuracy(model, vision, embed, tok, args.eval_clips)
             torch.set_num_threads(max(1, args.threads // world))
             log.append({"step": step + 1, "seconds": round(time.time() - started), "loss": loss.item(), "heldout": acc})
             print(f"held-out (teacher-forced exact answers) at step {step + 1}: {json.dumps(acc)}", flush=True)
             save(model, tok, args.out)
+        step += 1
     if world > 1:
         dist.destroy_process_group()
     if rank:
@@ -942,6 +1033,8 @@ def run(rank: int, args, port) -> None:
         phases = earlier.get("phases", [earlier])
     phases.append({"command": " ".join(sys.argv), "seconds": round(time.time() - begun), "log": log,
                    "vision_log": vision_log})
+    if args.budget_minutes:
+        phases[-1]["steps"], phases[-1]["decay_start"] = int(plan[1]), int(plan[0])
     (args.out / "training.json").write_text(json.dumps({
         "parameters": params, "seconds": sum(p["seconds"] for p in phases), "phases": phases}, indent=1) + "\n")
     print(f"trained in {time.time() - begun:.0f}s -> {args.out}")
