@@ -119,6 +119,32 @@ fn eval_scores_every_question_under_three_conditions_and_skips_a_broken_clip() {
         report["scores"]["all"]["video"]["total"].as_u64(),
         Some(asked as u64)
     );
+    // Narrations (several sentences) are also scored sentence by sentence: a right answer has
+    // every sentence of the truth, and the row sums the truth's sentences.
+    assert!(out.contains("sentence by sentence"), "{out}");
+    let narrations: Vec<&serde_json::Value> =
+        items.iter().filter(|i| i["kind"] == "narration").collect();
+    assert_eq!(narrations.len(), 2, "one narration a clip");
+    let truth_sentences: u64 = narrations
+        .iter()
+        .map(|i| i["expected"][0].as_str().unwrap().matches(". ").count() as u64 + 1)
+        .sum();
+    let row = &report["sentences"]["narration"]["video"];
+    assert_eq!(row["expected"].as_u64(), Some(truth_sentences), "{row}");
+    for item in &narrations {
+        let o = &item["outcomes"][0];
+        if o["right"].as_bool().unwrap() {
+            assert_eq!(
+                o["sentences"]["matched"], o["sentences"]["expected"],
+                "{item}"
+            );
+        }
+    }
+    let matched: u64 = narrations
+        .iter()
+        .map(|i| i["outcomes"][0]["sentences"]["matched"].as_u64().unwrap())
+        .sum();
+    assert_eq!(row["matched"].as_u64(), Some(matched), "{row}");
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //!
 //! Clips run in batches of `parallel` cameras; a clip that cannot be decoded is reported and
 //! skipped, and counted. Answers are compared after [`normalise`]: lower case, whitespace collapsed,
-//! a final full stop dropped.
+//! a final full stop dropped. Answers of several sentences (a narration, a list of what moves) are
+//! also scored sentence by sentence ([`SentenceScore`]), so a narration with one wrong sentence of
+//! four shows as such and not only as wrong.
 
 use crate::config::{Config, PruneMode};
 use crate::query::{AskRequest, Footage, QueryService};
@@ -196,6 +198,75 @@ pub fn normalise(s: &str) -> String {
     s.trim_end_matches('.').trim().to_lowercase()
 }
 
+/// An answer's sentences, each [`normalise`]d: split after a `.` that ends a word (followed by a
+/// space or the end), so "It left at 3.0s." is one sentence.
+pub fn sentences(s: &str) -> Vec<String> {
+    normalise(s)
+        .split(". ")
+        .map(|p| p.trim().trim_end_matches('.').trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// Sentences of answers against the truth's: `matched` counts each sentence of the truth found in
+/// the answer at most as often as the truth has it (in any order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SentenceScore {
+    /// Sentences of the truth.
+    pub expected: usize,
+    /// Sentences of the answer.
+    pub answered: usize,
+    /// Sentences in both.
+    pub matched: usize,
+}
+
+impl SentenceScore {
+    /// The answer `answer` against the accepted answers `expected` (the best-matching one).
+    pub fn of(answer: &str, expected: &[String]) -> SentenceScore {
+        let said = sentences(answer);
+        expected
+            .iter()
+            .map(|e| {
+                let mut truth = sentences(e);
+                let expected = truth.len();
+                let matched = said
+                    .iter()
+                    .filter(|s| {
+                        let found = truth.iter().position(|t| t == *s);
+                        found.map(|i| truth.swap_remove(i)).is_some()
+                    })
+                    .count();
+                SentenceScore {
+                    expected,
+                    answered: said.len(),
+                    matched,
+                }
+            })
+            .max_by_key(|s| (s.matched, std::cmp::Reverse(s.expected)))
+            .unwrap_or_default()
+    }
+
+    /// Share of the truth's sentences the answers said (0 when there were none).
+    pub fn found(&self) -> f64 {
+        ratio(self.matched, self.expected)
+    }
+
+    /// Share of the answers' sentences that are in the truth (0 when there were none).
+    pub fn right(&self) -> f64 {
+        ratio(self.matched, self.answered)
+    }
+
+    fn add(&mut self, o: &SentenceScore) {
+        self.expected += o.expected;
+        self.answered += o.answered;
+        self.matched += o.matched;
+    }
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
 /// Settings of one evaluation.
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
@@ -230,6 +301,8 @@ pub struct Outcome {
     pub answer: String,
     /// It matched a known answer.
     pub right: bool,
+    /// Its sentences against the known answer's.
+    pub sentences: SentenceScore,
 }
 
 /// One question's outcomes.
@@ -261,11 +334,7 @@ pub struct Score {
 impl Score {
     /// right / total (0 when nothing was asked).
     pub fn accuracy(&self) -> f64 {
-        if self.total == 0 {
-            0.0
-        } else {
-            self.right as f64 / self.total as f64
-        }
+        ratio(self.right, self.total)
     }
 }
 
@@ -303,6 +372,9 @@ pub struct EvalReport {
     pub frames: u64,
     /// kind -> condition -> score; the kind `all` sums every kind.
     pub scores: BTreeMap<String, BTreeMap<String, Score>>,
+    /// kind -> condition -> the answers' sentences against the truth's, for the kinds whose known
+    /// answers hold several sentences.
+    pub sentences: BTreeMap<String, BTreeMap<String, SentenceScore>>,
     /// Questions right with the video and wrong from the text alone (ApolloBench's filter keeps
     /// such items), out of those asked under both.
     pub needs_video: Score,
@@ -364,6 +436,22 @@ impl EvalReport {
                 let _ = write!(out, " {cell:>16}");
             }
             out.push('\n');
+        }
+        if !self.sentences.is_empty() {
+            let _ = writeln!(
+                out,
+                "sentence by sentence (found: of the truth's sentences, in the answer; right: of \
+                 the answer's, in the truth):"
+            );
+            for (kind, row) in &self.sentences {
+                let _ = write!(out, "{kind:<12}");
+                for c in &conditions {
+                    let s = row.get(c).copied().unwrap_or_default();
+                    let cell = format!("{:.1}% / {:.1}%", s.found() * 100.0, s.right() * 100.0);
+                    let _ = write!(out, " {cell:>16}");
+                }
+                out.push('\n');
+            }
         }
         if self.needs_video.total > 0 {
             let _ = writeln!(
@@ -470,6 +558,7 @@ pub async fn run(set: &QuestionSet, opts: &EvalOptions) -> Result<EvalReport, St
         kept_ratio: 0.0,
         frames: 0,
         scores: BTreeMap::new(),
+        sentences: BTreeMap::new(),
         needs_video: Score::default(),
         items: Vec::new(),
         seconds: 0.0,
@@ -512,8 +601,23 @@ pub async fn run(set: &QuestionSet, opts: &EvalOptions) -> Result<EvalReport, St
     } else {
         kept as f64 / total as f64
     };
+    let several: std::collections::BTreeSet<&str> = report
+        .items
+        .iter()
+        .filter(|i| i.expected.iter().any(|e| sentences(e).len() > 1))
+        .map(|i| i.kind.as_str())
+        .collect();
     for item in &report.items {
         for o in &item.outcomes {
+            if several.contains(item.kind.as_str()) {
+                report
+                    .sentences
+                    .entry(item.kind.clone())
+                    .or_default()
+                    .entry(o.condition.name().to_string())
+                    .or_default()
+                    .add(&o.sentences);
+            }
             for kind in [item.kind.as_str(), "all"] {
                 let s = report
                     .scores
@@ -629,10 +733,12 @@ async fn run_batch(
                 let right = answer
                     .as_ref()
                     .is_ok_and(|a| item.answers.iter().any(|e| normalise(e) == normalise(a)));
+                let sentences = SentenceScore::of(answer.as_deref().unwrap_or(""), &item.answers);
                 outcomes.push(Outcome {
                     condition,
                     answer: answer.unwrap_or_else(|e| format!("error: {e}")),
                     right,
+                    sentences,
                 });
             }
             report.items.push(ItemResult {
@@ -691,6 +797,37 @@ mod tests {
         assert_eq!(normalise("  The ball is  RED. "), "the ball is red");
         assert_eq!(normalise("It left at 9.0s."), "it left at 9.0s");
         assert_ne!(normalise("The ball is red"), normalise("The ball is blue"));
+    }
+
+    #[test]
+    fn several_sentences_score_one_by_one_in_any_order_each_once() {
+        assert_eq!(
+            sentences("The red ball left at 3.0s. A  blue square is still.\n"),
+            ["the red ball left at 3.0s", "a blue square is still"]
+        );
+        let truth =
+            ["A red ball is moving up. The red ball left at 3.0s. Nothing else.".to_string()];
+        // One sentence wrong, one said twice, two missing: each truth sentence counts once.
+        let s = SentenceScore::of(
+            "The red ball left at 3.0s. A red ball is moving down. The red ball left at 3.0s.",
+            &truth,
+        );
+        assert_eq!(
+            s,
+            SentenceScore {
+                expected: 3,
+                answered: 3,
+                matched: 1
+            }
+        );
+        // The same sentences in another order all match; the best of several truths is taken.
+        let s = SentenceScore::of(
+            "Nothing else. The red ball left at 3.0s. A red ball is moving up.",
+            &["It is not moving.".to_string(), truth[0].clone()],
+        );
+        assert_eq!((s.matched, s.expected, s.answered), (3, 3, 3));
+        assert_eq!((s.found(), s.right()), (1.0, 1.0));
+        assert_eq!(SentenceScore::of("", &truth).matched, 0);
     }
 
     #[test]
