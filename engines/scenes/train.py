@@ -182,7 +182,7 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
                 first = len(ids)
                 text(piece, learn=True)
                 if keys:
-                    guides.append((list(range(first - 1, len(ids) - 1)), keys, q["kind"]))
+                    guides.append((list(range(first - 1, len(ids) - 1)), keys, piece_kind(q["kind"], piece)))
         sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids)))
     return ids, labels, visual, (prefix, spans), ends, guides
@@ -435,6 +435,15 @@ def guide_segments(scene, q: dict, labels: np.ndarray, visual, end: int) -> list
         return [(answer, tokens_of(o, "left"))]
     which = "all" if kind in ("colour", "shape") else "first" if "appear" in q["question"] else "latest"
     return [(answer, tokens_of(o, which))]
+
+
+def piece_kind(kind: str, piece: str) -> str:
+    """What a guided piece is about, for the choice of its head (--colour-head, --motion-head): a
+    narration's sentence saying how an object moves, or that it is still, is about motion; any other
+    piece is of its question's kind."""
+    if kind == "narration" and re.search(r" is (moving|still)\b", piece):
+        return "motion"
+    return kind
 
 
 class AttentionGuide(torch.nn.Module):
@@ -784,6 +793,10 @@ def main() -> None:
     ap.add_argument("--colour-head", type=int, default=None,
                     help="guide colour answers on this head of the guided layer instead of the head every "
                          "other piece is guided on (AttentionGuide; unset: one head for all, as the recorded runs)")
+    ap.add_argument("--motion-head", type=int, default=None,
+                    help="guide the pieces about motion (\"Which way is ...?\", and the sentences of narrations "
+                         "and \"What is moving?\" that say an object moves or is still) on this head of the guided "
+                         "layer (unset: the head every other piece is guided on, as the recorded runs)")
     ap.add_argument("--vision-from", type=Path, default=None,
                     help="take the vision encoder and projector of this checkpoint and skip stage 1")
     ap.add_argument("--init", type=Path, default=None, help="continue from this checkpoint (a second phase)")
@@ -837,6 +850,8 @@ def main() -> None:
                  f"--workers ({args.workers})")
     if args.colour_head is not None and not 0 <= args.colour_head < TEXT["num_attention_heads"]:
         ap.error(f"--colour-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.colour_head}")
+    if args.motion_head is not None and not 0 <= args.motion_head < TEXT["num_attention_heads"]:
+        ap.error(f"--motion-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.motion_head}")
     if args.workers == 1:
         run(0, args, None)
         return
@@ -999,7 +1014,9 @@ def run(rank: int, args, port) -> None:
         guide_loss = torch.zeros(())
         if args.guide_weight:
             colour_head = guide.HEAD if args.colour_head is None else args.colour_head
-            rows = [(r, qp, kp, *((colour_head, args.guide_colour) if kind == "colour" else (guide.HEAD, 1.0)))
+            motion_head = guide.HEAD if args.motion_head is None else args.motion_head
+            rows = [(r, qp, kp, *((colour_head, args.guide_colour) if kind == "colour"
+                                  else (motion_head, 1.0) if kind == "motion" else (guide.HEAD, 1.0)))
                     for r, b in enumerate(batch) for qp, kp, kind in b[7]]
             guide_loss = guide.loss(forward.allowed, rows, weighted=args.guide_colour != 1.0)
             loss = loss + args.guide_weight * guide_loss
