@@ -21,6 +21,8 @@ echo "== scenes model: the VideoLLaMA3 recipe on the committed checkpoint gives 
 .venv-export/bin/python engines/videollama3/export.py engines/scenes/checkpoint --out target/scenes-export \
   --stream-timestamps 2>&1 | grep -E "diff|wrote|export.py:"
 .venv-export/bin/python engines/scenes/check.py target/scenes-export engines/scenes/model
+echo "== scenes: the truth in words (places near a line between thirds accepted on both sides)"
+.venv/bin/python engines/scenes/test_scenes.py
 echo "== reference resize: torch's bicubic on decoded frames (tests/ingest_resize.rs)"
 .venv-export/bin/python engines/videollama3/resize_reference.py
 echo "== SmolVLM2: video prompts from transformers' SmolVLMProcessor (tests/smolvlm2_prompt.rs)"

@@ -8,7 +8,9 @@ and disappearing, sometimes a scene change (new background, new objects), someti
 noise. Everything is drawn at twice the model's frame size and box-filtered down, so edges are
 anti-aliased as a scaled camera image is. The truth says what is where at every frame; `questions`
 turns it into the question/answer pairs the model is trained and evaluated on, always in the same
-words, so an answer can be checked by comparing text.
+words, so an answer can be checked by comparing text. Where the frame cannot settle the words (an
+object's centre within a pixel of a line between the thirds), the question set accepts both places
+(`answers`); training learns the truth's own.
 
     .venv-export/bin/python engines/scenes/scenes.py --split heldout --count 40 --out target/scenes
 
@@ -20,6 +22,7 @@ and `questions.jsonl` (the question set `edgevlm eval` reads). Training draws sc
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import subprocess
@@ -316,6 +319,25 @@ def region(x: float, y: float) -> str:
     return "at the " + " ".join(p for p in (row, col) if p)
 
 
+# How close to a line between the frame's thirds a centre must be for either side to be right. The
+# frame shows a centre to about a pixel (shapes drawn 2x supersampled, then H.264 with its colour at
+# half resolution; a triangle's centre is not where its area's is), so a question about an object
+# within this of a line accepts the places on both sides (docs/EVAL.md, "Places near a line").
+PLACE_MARGIN_PX = 1.0
+
+
+def regions(x: float, y: float, margin: float = PLACE_MARGIN_PX) -> list:
+    """The places a viewer may name for a centre at (x, y): region(x, y) first, then those of the
+    points within `margin` of it across a line between thirds."""
+    out = [region(x, y)]
+    for dx in (-margin, 0.0, margin):
+        for dy in (-margin, 0.0, margin):
+            r = region(x + dx, y + dy)
+            if r not in out:
+                out.append(r)
+    return out
+
+
 def direction(o: Obj, i: int) -> str:
     """Where `o` moved between the last two frames up to `i` in which it is visible ("still" if
     it did not, or was seen once)."""
@@ -345,17 +367,19 @@ def left_to_right(objects: list, i: int) -> list:
     return sorted(objects, key=lambda o: o.path[i][0])
 
 
-def narration(scene: Scene, last: int | None = None) -> str:
+def narration_parts(scene: Scene, last: int | None = None) -> list:
+    """The narration's sentences, each as its accepted wordings (the first is the truth's own; a
+    still object near a line between thirds may be placed on either side: regions())."""
     i = scene.frames - 1 if last is None else last
     parts = []
     for o in left_to_right([o for o in scene.objects if o.visible(i)], i):
         d = direction(o, i)
         if d == "still":
-            parts.append(f"A {o.name} is still {region(*o.path[i])}.")
+            parts.append([f"A {o.name} is still {r}." for r in regions(*o.path[i])])
         else:
-            parts.append(f"A {o.name} is moving {moving_words(d)}.")
+            parts.append([f"A {o.name} is moving {moving_words(d)}."])
     if scene.change is not None and scene.change <= i:
-        parts.append(f"The scene changed at {t1(scene.time(scene.change))}.")
+        parts.append([f"The scene changed at {t1(scene.time(scene.change))}."])
     else:
         # Events in the order they happened; at the same time, left to right where the object was.
         events = []
@@ -365,8 +389,17 @@ def narration(scene: Scene, last: int | None = None) -> str:
             if o.disappear is not None and o.disappear <= i:
                 events.append((o.disappear, 1, o.path[o.disappear - 1][0],
                                f"The {o.name} left at {t1(scene.time(o.disappear))}."))
-        parts += [e[3] for e in sorted(events)]
-    return " ".join(parts) if parts else "Nothing is there."
+        parts += [[e[3]] for e in sorted(events)]
+    return parts if parts else [["Nothing is there."]]
+
+
+def narration(scene: Scene, last: int | None = None) -> str:
+    return " ".join(p[0] for p in narration_parts(scene, last))
+
+
+def narration_answers(scene: Scene, last: int | None = None) -> list:
+    """Every accepted narration (narration() first)."""
+    return [" ".join(c) for c in itertools.product(*narration_parts(scene, last))]
 
 
 NARRATE_PROMPT = "Describe what just happened in the video."
@@ -380,8 +413,10 @@ def questions(scene: Scene, rng=None, last: int | None = None) -> list:
     vis = [o for o in seen if o.visible(i)]
     qs = []
 
-    def q(kind, question, answer):
-        qs.append({"kind": kind, "question": question, "answer": answer})
+    def q(kind, question, answer, also=()):
+        """`also`: other accepted answers (a place near a line between thirds)."""
+        qs.append({"kind": kind, "question": question, "answer": answer,
+                   **({"also": list(also)} if also else {})})
 
     n = len(vis)
     q("count", "How many objects are there?",
@@ -393,7 +428,8 @@ def questions(scene: Scene, rng=None, last: int | None = None) -> list:
             q("colour", f"What colour is the {o.shape}?", f"The {o.shape} is {o.colour}.")
         if colours.count(o.colour) == 1:
             q("shape", f"What shape is the {o.colour} object?", f"The {o.colour} object is a {o.shape}.")
-        q("position", f"Where is the {o.name}?", f"The {o.name} is {region(*o.path[i])}.")
+        place = [f"The {o.name} is {r}." for r in regions(*o.path[i])]
+        q("position", f"Where is the {o.name}?", place[0], place[1:])
         d = direction(o, i)
         q("motion", f"Which way is the {o.name} moving?",
           "It is not moving." if d == "still" else f"It is moving {moving_words(d)}.")
@@ -419,7 +455,8 @@ def questions(scene: Scene, rng=None, last: int | None = None) -> list:
         rng.shuffle(absent)
     for c, s in absent[:2]:
         q("position", f"Where is the {c} {s}?", f"There is no {c} {s}.")
-    q("narration", NARRATE_PROMPT, narration(scene, i))
+    told = narration_answers(scene, i)
+    q("narration", NARRATE_PROMPT, told[0], told[1:])
     return qs
 
 
@@ -455,6 +492,9 @@ def main() -> None:
             clips.write(json.dumps({"clip": name, "file": f"{name}.mkv", **scene.truth()}) + "\n")
             rng = np.random.default_rng(scene.seed ^ 0xA5)
             for item in questions(scene, rng):
+                also = item.pop("also", [])
+                if also:
+                    item["answers"] = [item.pop("answer"), *also]
                 qf.write(json.dumps({"clip": name, **item}) + "\n")
     print(f"scenes: {args.count} {args.split} clips -> {args.out}")
 
