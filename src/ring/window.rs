@@ -89,6 +89,17 @@ impl Window {
         q.range(start..).cloned().collect()
     }
 
+    /// Announces a follower before it first asks (the watch worker, as it starts): from now a file
+    /// camera waits for it, as for a follower that asked, instead of reading on while its thread
+    /// starts; frames read meanwhile could slide out of the window unseen, a different number
+    /// on each run.
+    pub fn expect_follower(&self) {
+        let mut at = self.followed_at.lock().unwrap_or_else(|p| p.into_inner());
+        if at.is_none() {
+            *at = Some(std::time::Instant::now());
+        }
+    }
+
     /// Frames pushed that the follower has not taken yet, if a follower asked within `alive`
     /// (`None`: nobody follows, or the follower stopped asking). The camera task of a source that
     /// is not live waits while this is over a few frames, so a file is never read faster than

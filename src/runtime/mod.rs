@@ -105,6 +105,14 @@ impl Runtime {
             "Starting"
         );
         let supervisor = Supervisor::start_with(&config, clock.clone());
+        // A file's watch worker starts when the model has loaded; until then (30 s at most) the
+        // file waits for it, instead of reading on and sliding its first frames out of the window
+        // unseen, more or fewer with the host's speed (docs/ARCHITECTURE.md, "Ingest").
+        for view in supervisor.views() {
+            if !view.config.uri.is_live() {
+                view.window.expect_follower();
+            }
+        }
         let (views_tx, views_rx) = watch::channel(supervisor.views());
         // The first report exists before `start` returns (states, no rates yet); it also primes
         // the rate meters, so the first status line already has rates.

@@ -95,6 +95,7 @@ impl WatchWorker {
         let state = CameraWatch::new(generator, memory.clone(), opts, outputs);
         let stop = state.stop.clone();
         let name = format!("watch-{}", memory.camera);
+        window.expect_follower();
         let follow = window.clone();
         let thread = std::thread::Builder::new()
             .name(name.chars().take(15).collect())
@@ -299,8 +300,16 @@ impl CameraWatch {
         tracing::debug!(camera = %self.memory.camera, "Watch worker started");
         while !self.stop.load(Ordering::Relaxed) {
             let frames = window.wait_newer_than(self.last_seq, self.opts.poll);
-            if !frames.is_empty() {
-                self.step(&frames);
+            if self.opts.camera.uri.is_live() {
+                if !frames.is_empty() {
+                    self.step(&frames);
+                }
+            } else {
+                // A file: one frame a round, however many arrived together, so its memory and
+                // live cache take the same steps on every run (docs/ARCHITECTURE.md, "Ingest").
+                for frame in frames.chunks(1) {
+                    self.step(frame);
+                }
             }
         }
         tracing::debug!(camera = %self.memory.camera, "Watch worker stopped");
@@ -390,25 +399,33 @@ impl CameraWatch {
         }
     }
 
+    /// Encodes `chunk` into memory and the live cache. Its frames are counted (encoded or reused)
+    /// only then: a reader that waits for every sampled frame to be counted (`edgevlm eval`) then
+    /// finds them in the live cache too, not one or two frames short of it, with the question
+    /// prefilling those itself in another grouping and the answer depending on the timing.
     fn chunk(&mut self, chunk: &[Arc<Frame>], fired: &mut Vec<Fired>) {
+        if let Some((encoded, reused)) = self.watch_chunk(chunk, fired) {
+            let stats = self.stats();
+            stats.frames_reused.fetch_add(reused, Ordering::Relaxed);
+            stats.frames_encoded.fetch_add(encoded, Ordering::Relaxed);
+        }
+    }
+
+    /// [`Self::chunk`]'s work: the frames encoded and reused, `None` if the encoder failed.
+    fn watch_chunk(&mut self, chunk: &[Arc<Frame>], fired: &mut Vec<Fired>) -> Option<(u64, u64)> {
         let vision = self.generator.engines().vision();
         let encoded = match self.encoder.encode(vision, chunk) {
             Ok(v) => v,
             Err(e) => {
                 self.encoder.reset();
                 self.error("Vision encoder failed; frames skipped", &e);
-                return;
+                return None;
             }
         };
         let reused = encoded.iter().filter(|f| f.reused).count() as u64;
-        let stats = self.stats();
-        stats.frames_reused.fetch_add(reused, Ordering::Relaxed);
         // A clip is its frames, each run through the encoder.
         let per_item = vision.clip().map_or(1, |c| u64::from(c.frames));
-        stats.frames_encoded.fetch_add(
-            (encoded.len() as u64 - reused) * per_item,
-            Ordering::Relaxed,
-        );
+        let counts = Some(((encoded.len() as u64 - reused) * per_item, reused));
         let encoded: Vec<Arc<MemoryFrame>> = encoded.into_iter().map(Arc::new).collect();
         self.memory.push(&encoded);
 
@@ -419,7 +436,7 @@ impl CameraWatch {
             // tokens, so its own count says nothing of change).
             if !encoded.is_empty() {
                 if self.extend(&encoded).is_err() {
-                    return;
+                    return counts;
                 }
                 self.stats().append.observe(t0.elapsed());
             }
@@ -431,7 +448,7 @@ impl CameraWatch {
             {
                 self.memory.set_live(Some(Arc::new(live.view())));
             }
-            return;
+            return counts;
         }
         let model = self.opts.camera.narrate.triggers.model;
         let manifest = self.generator.engines().manifest();
@@ -457,7 +474,7 @@ impl CameraWatch {
                         narrate::speak_probability(l.logits(), speak, watch)
                     }),
                 Ok(false) => None,
-                Err(()) => return,
+                Err(()) => return counts,
             };
             for (i, f) in group.iter().enumerate() {
                 let last = i + 1 == group.len();
@@ -478,6 +495,7 @@ impl CameraWatch {
         if let Some(live) = &self.live {
             self.memory.set_live(Some(Arc::new(live.view())));
         }
+        counts
     }
 
     /// Appends frames to the live cache (building it first if needed). `Ok(true)`: the logits are
