@@ -322,7 +322,8 @@ def region(x: float, y: float) -> str:
 # How close to a line between the frame's thirds a centre must be for either side to be right. The
 # frame shows a centre to about a pixel (shapes drawn 2x supersampled, then H.264 with its colour at
 # half resolution; a triangle's centre is not where its area's is), so a question about an object
-# within this of a line accepts the places on both sides (docs/EVAL.md, "Places near a line").
+# within this of a line accepts the places on both sides (docs/EVAL.md, "Places near a line
+# between thirds").
 PLACE_MARGIN_PX = 1.0
 
 
