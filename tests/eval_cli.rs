@@ -20,11 +20,16 @@ fn tmp(name: &str) -> PathBuf {
 
 /// Two held-out scenes written by engines/scenes/scenes.py.
 fn scenes(dir: &Path) {
+    scenes_of(dir, &["--first", "100", "--count", "2"]);
+}
+
+/// Held-out scenes written by engines/scenes/scenes.py (`args`: which, how long).
+fn scenes_of(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new(repo().join(".venv/bin/python"))
         .arg(repo().join("engines/scenes/scenes.py"))
-        .args([
-            "--split", "heldout", "--first", "100", "--count", "2", "--out",
-        ])
+        .args(["--split", "heldout"])
+        .args(args)
+        .arg("--out")
         .arg(dir)
         .output()
         .expect("run scenes.py (scripts/setup.sh makes .venv)");
@@ -182,18 +187,9 @@ fn a_file_watched_twice_gives_the_same_answers_when_its_window_slides() {
     // last frame was in the live cache. Two runs differed in up to 13 of these 56 answers, and in
     // up to 28 of 113 over 8 such clips (docs/ARCHITECTURE.md, "Ingest").
     let dir = tmp("repeat");
-    let out = std::process::Command::new(repo().join(".venv/bin/python"))
-        .arg(repo().join("engines/scenes/scenes.py"))
-        .args([
-            "--split", "heldout", "--first", "5000", "--count", "4", "--frames", "150", "--out",
-        ])
-        .arg(&dir)
-        .output()
-        .expect("run scenes.py (scripts/setup.sh makes .venv)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    scenes_of(
+        &dir,
+        &["--first", "5000", "--count", "4", "--frames", "150"],
     );
     let window = ["--window-secs", "120", "--parallel", "4"];
     let first = answers_of(&dir, &dir.join("first.json"), &window);
