@@ -1013,10 +1013,10 @@ def run(rank: int, args, port) -> None:
             loss = loss + args.decoder_probe_weight * dprobe_loss
         guide_loss = torch.zeros(())
         if args.guide_weight:
-            colour_head = guide.HEAD if args.colour_head is None else args.colour_head
-            motion_head = guide.HEAD if args.motion_head is None else args.motion_head
-            rows = [(r, qp, kp, *((colour_head, args.guide_colour) if kind == "colour"
-                                  else (motion_head, 1.0) if kind == "motion" else (guide.HEAD, 1.0)))
+            # (head, weight) of a guided piece by what it is about; every other piece: (HEAD, 1).
+            heads = {"colour": (guide.HEAD if args.colour_head is None else args.colour_head, args.guide_colour),
+                     "motion": (guide.HEAD if args.motion_head is None else args.motion_head, 1.0)}
+            rows = [(r, qp, kp, *heads.get(kind, (guide.HEAD, 1.0)))
                     for r, b in enumerate(batch) for qp, kp, kind in b[7]]
             guide_loss = guide.loss(forward.allowed, rows, weighted=args.guide_colour != 1.0)
             loss = loss + args.guide_weight * guide_loss

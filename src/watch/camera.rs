@@ -300,16 +300,14 @@ impl CameraWatch {
         tracing::debug!(camera = %self.memory.camera, "Watch worker started");
         while !self.stop.load(Ordering::Relaxed) {
             let frames = window.wait_newer_than(self.last_seq, self.opts.poll);
-            if self.opts.camera.uri.is_live() {
-                if !frames.is_empty() {
-                    self.step(&frames);
-                }
-            } else {
-                // A file: one frame a round, however many arrived together, so its memory and
-                // live cache take the same steps on every run (docs/ARCHITECTURE.md, "Ingest").
-                for frame in frames.chunks(1) {
-                    self.step(frame);
-                }
+            // A file: one frame a round, however many arrived together, so its memory and live
+            // cache take the same steps on every run (docs/ARCHITECTURE.md, "Ingest").
+            let per_round = match self.opts.camera.uri.is_live() {
+                true => frames.len().max(1),
+                false => 1,
+            };
+            for round in frames.chunks(per_round) {
+                self.step(round);
             }
         }
         tracing::debug!(camera = %self.memory.camera, "Watch worker stopped");
