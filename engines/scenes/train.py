@@ -134,11 +134,14 @@ def kind_weights(spec: str) -> dict:
     return out
 
 
-def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = KIND_WEIGHTS):
+def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = KIND_WEIGHTS,
+                mover_set: bool = False):
     """One training sequence: ids, labels (-100: not learned), visual tokens (position, frame,
     token), the turns (the frames' end, each turn's span), each frame's <|stream_end|> position and,
     with the render's per-token object labels `tokens`, the attention guide's rows (query
-    positions, key positions) per turn about one object."""
+    positions, key positions) per turn about one object. `mover_set` (--mover-set): a "What is
+    moving?" answer looks at the last frame's <|stream_end|> (where the decoder probe keeps what
+    moves) for "Nothing is moving." and where it ends."""
     special = {s: tok.token_to_id(s) for s in SPECIALS}
     ids: list[int] = []
     labels: list[int] = []
@@ -178,11 +181,16 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
         else:
             # Piece by piece (each piece starts at a word, so the ids are those of the whole
             # answer); the positions that predict a piece's tokens are guided to its keys.
+            movers = mover_set and q["question"] == "What is moving?"
             for piece, keys in guide_segments(scene, q, tokens, visual, ends[-1]):
                 first = len(ids)
                 text(piece, learn=True)
+                keys = keys or ([ends[-1]] if movers else [])
                 if keys:
                     guides.append((list(range(first - 1, len(ids) - 1)), keys, piece_kind(q["kind"], piece)))
+            if movers:
+                # The position that ends the list (predicts <|im_end|>): no mover is left to name.
+                guides.append(([len(ids) - 1], [ends[-1]], "motion"))
         sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids)))
     return ids, labels, visual, (prefix, spans), ends, guides
@@ -275,10 +283,11 @@ class TokenProbe(torch.nn.Module):
 
 
 MOVES = ("still", "left", "right", "up", "down", "new")
+DIRECTIONS = ("left", "right", "up", "down")
 OBJECT_NAMES = [f"{c} {s}" for c in scenes.COLOURS for s in scenes.SHAPES]
 
 
-def decoder_targets(tok, scene, labels: np.ndarray, visual, ends) -> dict:
+def decoder_targets(tok, scene, labels: np.ndarray, visual, ends, moving: bool = False) -> dict:
     """Targets of the decoder probe (DecoderProbe) for one training sequence: head -> [(position,
     target)]. At each kept visual token: the number tokens of its frame's time (as the header spells
     them), and, on an object's token, how that object moved since the frame before ("new" where it
@@ -286,8 +295,12 @@ def decoder_targets(tok, scene, labels: np.ndarray, visual, ends) -> dict:
     it in this frame (0: none). At each frame's <|stream_end|>: its time too, how many objects are
     there, whether the scene changed at this frame, and which of the fifteen objects have been seen
     so far and which are there now. These are the steps an answer about time, motion, leaving,
-    counting and absence is made of, taught where they happen instead of only through the answers."""
+    counting and absence is made of, taught where they happen instead of only through the answers.
+    `moving` (--mover-set): at each <|stream_end|> too, which of the fifteen objects moves which way
+    there (scenes.direction, as the answers say it), one yes/no per object and direction."""
     out: dict = {k: [] for k in DecoderProbe.HEADS}
+    if moving:
+        out["moving"] = []
     stamps = []
     for i in range(scene.frames):
         e = tok.encode(f"Time {scene.time(i):.1f}s:", add_special_tokens=False).ids
@@ -323,6 +336,13 @@ def decoder_targets(tok, scene, labels: np.ndarray, visual, ends) -> dict:
             there[OBJECT_NAMES.index(o.name)] += o.visible(i)
         out["seen"].append((pos, seen))
         out["there"].append((pos, there))
+        if moving:
+            moves = np.zeros((len(OBJECT_NAMES), len(DIRECTIONS)), np.float32)
+            for o in scene.objects:
+                d = scenes.direction(o, i) if o.visible(i) else "still"
+                if d != "still":
+                    moves[OBJECT_NAMES.index(o.name), DIRECTIONS.index(d)] = 1.0
+            out["moving"].append((pos, moves.reshape(-1)))
     return out
 
 
@@ -333,12 +353,18 @@ class DecoderProbe(torch.nn.Module):
     HEADS = {"time0": VOCAB, "time1": VOCAB, "move": len(MOVES), "gone_colour": len(scenes.COLOURS) + 1,
              "gone_shape": len(scenes.SHAPES) + 1, "count": len(scenes.NUMBERS), "change": 2,
              "seen": len(OBJECT_NAMES), "there": len(OBJECT_NAMES)}
-    MULTI = ("seen", "there")   # several objects at once: one yes/no per object
+    MULTI = ("seen", "there", "moving")   # several objects at once: one yes/no per object
     LAYER = 2
 
-    def __init__(self, hidden: int):
+    def __init__(self, hidden: int, moving: bool = False):
         super().__init__()
         self.heads = torch.nn.ModuleDict({k: torch.nn.Linear(hidden, n) for k, n in self.HEADS.items()})
+        if moving:
+            # --mover-set: one yes/no per object and direction. Drawn from a generator of its own,
+            # so the other weights, and stage 1, are those of a run without it.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.heads["moving"] = torch.nn.Linear(hidden, len(OBJECT_NAMES) * len(DIRECTIONS))
 
     def loss(self, hidden: torch.Tensor, targets: dict):
         """`targets`: head -> (rows, positions, classes) tensors."""
@@ -576,7 +602,7 @@ def forward(model, vision, embed, batch, grad_frames: int = 0, shared=None, once
 def decoder_probe_batch(batch) -> dict:
     """The decoder targets of a batch as head -> (rows, positions, classes) tensors."""
     out = {}
-    for k in DecoderProbe.HEADS:
+    for k in batch[0][6]:
         rows = [r for r, b in enumerate(batch) for _ in b[6][k]]
         cols = [p for b in batch for p, _ in b[6][k]]
         ys = [y for b in batch for _, y in b[6][k]]
@@ -797,6 +823,10 @@ def main() -> None:
                     help="guide the pieces about motion (\"Which way is ...?\", and the sentences of narrations "
                          "and \"What is moving?\" that say an object moves or is still) on this head of the guided "
                          "layer (unset: the head every other piece is guided on, as the recorded runs)")
+    ap.add_argument("--mover-set", action="store_true",
+                    help="the decoder probe learns at each frame's end which objects move which way, and a \"What "
+                         "is moving?\" answer looks there for \"Nothing is moving.\" and for where its list ends "
+                         "(DecoderProbe, AttentionGuide; unset: as the recorded runs)")
     ap.add_argument("--vision-from", type=Path, default=None,
                     help="take the vision encoder and projector of this checkpoint and skip stage 1")
     ap.add_argument("--init", type=Path, default=None, help="continue from this checkpoint (a second phase)")
@@ -911,7 +941,7 @@ def run(rank: int, args, port) -> None:
     params = sum(p.numel() for p in model.parameters())
     say(f"scenes model: {params / 1e6:.2f}M parameters, vocabulary {tok.get_vocab_size()}", flush=True)
     probe = TokenProbe(TEXT["hidden_size"])
-    dprobe = DecoderProbe(TEXT["hidden_size"])
+    dprobe = DecoderProbe(TEXT["hidden_size"], moving=args.mover_set)
     guide = AttentionGuide(model)
     begun = time.time()
     vision_log = []
@@ -992,9 +1022,9 @@ def run(rank: int, args, port) -> None:
                 frames = augment(frames, rng)
                 keep = scenes.diff_fp(frames)
                 ids, labels, visual, turns, ends, guides = sample_text(tok, scene, keep, rng, args.turns,
-                                                                       tokens, weights)
+                                                                       tokens, weights, args.mover_set)
                 pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns,
-                                decoder_targets(tok, scene, tokens, visual, ends), guides))
+                                decoder_targets(tok, scene, tokens, visual, ends, args.mover_set), guides))
             pending.sort(key=lambda b: len(b[0]))
             pending = [pending[i:i + share] for i in range(0, len(pending), share)]
             order = np.random.default_rng(args.seed + step).permutation(len(pending))
