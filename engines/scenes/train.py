@@ -135,13 +135,14 @@ def kind_weights(spec: str) -> dict:
 
 
 def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = KIND_WEIGHTS,
-                mover_set: bool = False):
+                mover_set: bool = False, lists: bool = False):
     """One training sequence: ids, labels (-100: not learned), visual tokens (position, frame,
     token), the turns (the frames' end, each turn's span), each frame's <|stream_end|> position and,
     with the render's per-token object labels `tokens`, the attention guide's rows (query
     positions, key positions) per turn about one object. `mover_set` (--mover-set): a "What is
     moving?" answer looks at the last frame's <|stream_end|> (where the decoder probe keeps what
-    moves) for "Nothing is moving." and where it ends."""
+    moves) for "Nothing is moving." and where it ends. `lists` (--list-head): the pieces of a
+    narration or "What is moving?" are labelled "list" whatever they say (piece_kind otherwise)."""
     special = {s: tok.token_to_id(s) for s in SPECIALS}
     ids: list[int] = []
     labels: list[int] = []
@@ -182,15 +183,17 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
             # Piece by piece (each piece starts at a word, so the ids are those of the whole
             # answer); the positions that predict a piece's tokens are guided to its keys.
             movers = mover_set and q["question"] == "What is moving?"
+            listed = lists and q["question"] in (scenes.NARRATE_PROMPT, "What is moving?")
             for piece, keys in guide_segments(scene, q, tokens, visual, ends[-1]):
                 first = len(ids)
                 text(piece, learn=True)
                 keys = keys or ([ends[-1]] if movers else [])
                 if keys:
-                    guides.append((list(range(first - 1, len(ids) - 1)), keys, piece_kind(q["kind"], piece)))
+                    guides.append((list(range(first - 1, len(ids) - 1)), keys,
+                                   "list" if listed else piece_kind(q["kind"], piece)))
             if movers:
                 # The position that ends the list (predicts <|im_end|>): no mover is left to name.
-                guides.append(([len(ids) - 1], [ends[-1]], "motion"))
+                guides.append(([len(ids) - 1], [ends[-1]], "list" if listed else "motion"))
         sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids)))
     return ids, labels, visual, (prefix, spans), ends, guides
@@ -823,6 +826,10 @@ def main() -> None:
                     help="guide the pieces about motion (\"Which way is ...?\", and the sentences of narrations "
                          "and \"What is moving?\" that say an object moves or is still) on this head of the guided "
                          "layer (unset: the head every other piece is guided on, as the recorded runs)")
+    ap.add_argument("--list-head", type=int, default=None,
+                    help="guide every piece of a narration and of \"What is moving?\" (which object comes next, and "
+                         "what it does) on this head of the guided layer, whatever the piece says (unset: by what it "
+                         "says, --motion-head or the head every other piece is guided on, as the recorded runs)")
     ap.add_argument("--mover-set", action="store_true",
                     help="the decoder probe learns at each frame's end which objects move which way, and a \"What "
                          "is moving?\" answer looks there for \"Nothing is moving.\" and for where its list ends "
@@ -882,6 +889,8 @@ def main() -> None:
         ap.error(f"--colour-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.colour_head}")
     if args.motion_head is not None and not 0 <= args.motion_head < TEXT["num_attention_heads"]:
         ap.error(f"--motion-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.motion_head}")
+    if args.list_head is not None and not 0 <= args.list_head < TEXT["num_attention_heads"]:
+        ap.error(f"--list-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.list_head}")
     if args.workers == 1:
         run(0, args, None)
         return
@@ -1022,7 +1031,8 @@ def run(rank: int, args, port) -> None:
                 frames = augment(frames, rng)
                 keep = scenes.diff_fp(frames)
                 ids, labels, visual, turns, ends, guides = sample_text(tok, scene, keep, rng, args.turns,
-                                                                       tokens, weights, args.mover_set)
+                                                                       tokens, weights, args.mover_set,
+                                                                       args.list_head is not None)
                 pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns,
                                 decoder_targets(tok, scene, tokens, visual, ends, args.mover_set), guides))
             pending.sort(key=lambda b: len(b[0]))
@@ -1045,7 +1055,8 @@ def run(rank: int, args, port) -> None:
         if args.guide_weight:
             # (head, weight) of a guided piece by what it is about; every other piece: (HEAD, 1).
             heads = {"colour": (guide.HEAD if args.colour_head is None else args.colour_head, args.guide_colour),
-                     "motion": (guide.HEAD if args.motion_head is None else args.motion_head, 1.0)}
+                     "motion": (guide.HEAD if args.motion_head is None else args.motion_head, 1.0),
+                     "list": (args.list_head, 1.0)}
             rows = [(r, qp, kp, *heads.get(kind, (guide.HEAD, 1.0)))
                     for r, b in enumerate(batch) for qp, kp, kind in b[7]]
             guide_loss = guide.loss(forward.allowed, rows, weighted=args.guide_colour != 1.0)
