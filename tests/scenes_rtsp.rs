@@ -206,10 +206,10 @@ async fn held_out_scenes_over_rtsp_get_answers_about_the_footage() {
     // the held-out accuracy per kind under the three conditions). From the text alone, of the 40
     // clips' questions, colour is right 9 %, shape 26 %, motion 10 %, temporal 22 %, count 45 %
     // and position 48 % (the absent objects' "There is no ...": run 18; run 16 had 21 to 48 %, run
-    // 13 0 to 41 %, run 9 up to 64 %: docs/EVAL.md), each under its floor; swapped channels, frames out of order or features of
-    // the wrong frames bring them down towards that (MIN_ACCURACY). Frame times 2 s late (the
-    // stream items' `Time`) took temporal to 26/45 and position to 25/42 here with an earlier
-    // model (before run 9), under their floors.
+    // 13 0 to 41 %, run 9 up to 64 %: docs/EVAL.md), each under its floor; swapped channels,
+    // frames out of order or features of the wrong frames bring them down towards that
+    // (MIN_ACCURACY). Frame times 2 s late (the stream items' `Time`) took temporal to 26/45 and
+    // position to 25/42 here with an earlier model (before run 9), under their floors.
     for (kind, least) in MIN_ACCURACY {
         let (r, t) = score.get(*kind).copied().unwrap_or_default();
         assert!(t > 0, "no {kind} question asked");
@@ -359,19 +359,20 @@ async fn ask_every_question(
 }
 
 /// Least share right per kind. Measured on these clips with the model of 2026-12-07 (run 18 in
-/// docs/EVAL.md): colour 12/12, count 7/10, shape 5/6, motion 22/22, position 39/42, temporal
-/// 43/45 (its counts here are the 4 of its 40 wrong over the 40 clips, less one: the same answers
-/// as `edgevlm eval` over the files; 92 % over 200 held-out clips); run 16 had colour 12/12, count
-/// 10/10, shape 5/6, motion 19/22, position 38/42, temporal 43/45; run 13 had colour 12/12, count 10/10, shape 6/6, motion 18/22, position 36/42, temporal
-/// 41/45, and the model before it (run 9) colour 9/12, motion 15/22, position 33-34/42,
-/// temporal 39-41/45 (position and temporal move by a question or two with the host's load: which
-/// frame the sampler keeps). With the frames' channels swapped (BGR) run 9 answered, over the 40
-/// clips of docs/EVAL.md, colour 36 %, motion 53 %, shape 54 %, position 58 %, temporal 76 %
-/// (right: 77, 81, 95, 88, 94 %): the colour and position floors are what catch that, motion's and
-/// temporal's catch frames out of order or late. Colour's floor rose from 0.55 to 0.75 with run 13,
-/// which reads colour by shape (98 % of the held-out colour questions against run 9's 77 %).
-/// Count's floor fell from 0.7 to 0.6 with run 18, which has 7 of these 10 right: still above
-/// what the text alone gets right (45 % of the 40 clips' counts).
+/// docs/EVAL.md): colour 12/12, count 7/10, shape 5/6, motion 22/22, position 39/42, temporal 43/45
+/// (its counts here are the 4 of its 40 wrong over the 40 clips, less one: the same answers as
+/// `edgevlm eval` over the files; 92 % over 200 held-out clips); run 16 had colour 12/12, count
+/// 10/10, shape 5/6, motion 19/22, position 38/42, temporal 43/45; run 13 had colour 12/12, count
+/// 10/10, shape 6/6, motion 18/22, position 36/42, temporal 41/45, and the model before it (run 9)
+/// colour 9/12, motion 15/22, position 33-34/42, temporal 39-41/45 (position and temporal move by a
+/// question or two with the host's load: which frame the sampler keeps). With the frames' channels
+/// swapped (BGR) run 9 answered, over the 40 clips of docs/EVAL.md, colour 36 %, motion 53 %, shape
+/// 54 %, position 58 %, temporal 76 % (right: 77, 81, 95, 88, 94 %): the colour and position floors
+/// are what catch that, motion's and temporal's catch frames out of order or late. Colour's floor
+/// rose from 0.55 to 0.75 with run 13, which reads colour by shape (98 % of the held-out colour
+/// questions against run 9's 77 %).
+/// Count's floor fell from 0.7 to 0.6 with run 18, which has 7 of these 10 right: still above what
+/// the text alone gets right (45 % of the 40 clips' counts).
 const MIN_ACCURACY: &[(&str, f64)] = &[
     ("colour", 0.75),
     ("count", 0.6),

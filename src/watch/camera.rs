@@ -302,9 +302,10 @@ impl CameraWatch {
             let frames = window.wait_newer_than(self.last_seq, self.opts.poll);
             // A file: one frame a round, however many arrived together, so its memory and live
             // cache take the same steps on every run (docs/ARCHITECTURE.md, "Ingest").
-            let per_round = match self.opts.camera.uri.is_live() {
-                true => frames.len().max(1),
-                false => 1,
+            let per_round = if self.opts.camera.uri.is_live() {
+                frames.len().max(1)
+            } else {
+                1
             };
             for round in frames.chunks(per_round) {
                 self.step(round);
