@@ -135,14 +135,19 @@ def kind_weights(spec: str) -> dict:
 
 
 def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = KIND_WEIGHTS,
-                mover_set: bool = False, lists: bool = False):
+                mover_set: bool = False, lists: bool = False, recall: bool = False, list_end: bool = False):
     """One training sequence: ids, labels (-100: not learned), visual tokens (position, frame,
     token), the turns (the frames' end, each turn's span), each frame's <|stream_end|> position and,
     with the render's per-token object labels `tokens`, the attention guide's rows (query
     positions, key positions) per turn about one object. `mover_set` (--mover-set): a "What is
     moving?" answer looks at the last frame's <|stream_end|> (where the decoder probe keeps what
     moves) for "Nothing is moving." and where it ends. `lists` (--list-head): the pieces of a
-    narration or "What is moving?" are labelled "list" whatever they say (piece_kind otherwise)."""
+    narration or "What is moving?" are labelled "list" whatever they say (piece_kind otherwise).
+    `recall` (--recall-head): each such piece's own tokens after its first, from the object's name
+    to the full stop, also look at that object's keys, labelled "recall" (the guided layer's head
+    that finds the next object needs to know which one was named last). `list_end` (--list-end):
+    the position that ends a narration (predicts <|im_end|>) looks at the last frame's
+    <|stream_end|>, as a "What is moving?" answer's end does with `mover_set`."""
     special = {s: tok.token_to_id(s) for s in SPECIALS}
     ids: list[int] = []
     labels: list[int] = []
@@ -191,9 +196,13 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
                 if keys:
                     guides.append((list(range(first - 1, len(ids) - 1)), keys,
                                    "list" if listed else piece_kind(q["kind"], piece)))
+                    if recall and q["question"] in (scenes.NARRATE_PROMPT, "What is moving?") and len(ids) - first > 1:
+                        guides.append((list(range(first + 1, len(ids))), keys, "recall"))
             if movers:
                 # The position that ends the list (predicts <|im_end|>): no mover is left to name.
                 guides.append(([len(ids) - 1], [ends[-1]], "list" if listed else "motion"))
+            elif list_end and q["question"] == scenes.NARRATE_PROMPT:
+                guides.append(([len(ids) - 1], [ends[-1]], "list"))
         sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids)))
     return ids, labels, visual, (prefix, spans), ends, guides
@@ -475,6 +484,11 @@ def piece_kind(kind: str, piece: str) -> str:
     return kind
 
 
+# --recall-head's layer: the one below the guided layer (AttentionGuide.LAYER), so that what its head
+# found (the object a list named last) is there for the guided layer's list head to go on from.
+RECALL_LAYER = 1
+
+
 class AttentionGuide(torch.nn.Module):
     """Training only: teaches one attention head (`HEAD` of decoder layer `LAYER`) to look at the
     tokens of the object a question is about while its answer is written (guide_segments), a loss on
@@ -485,9 +499,9 @@ class AttentionGuide(torch.nn.Module):
 
     LAYER, HEAD = 2, 0
 
-    def __init__(self, model):
+    def __init__(self, model, layer: int = LAYER):
         super().__init__()
-        self.attn = model.model.language_model.layers[self.LAYER].self_attn
+        self.attn = model.model.language_model.layers[layer].self_attn
         self.attn.register_forward_pre_hook(self._keep, with_kwargs=True)
         self.seen = None
 
@@ -830,6 +844,13 @@ def main() -> None:
                     help="guide every piece of a narration and of \"What is moving?\" (which object comes next, and "
                          "what it does) on this head of the guided layer, whatever the piece says (unset: by what it "
                          "says, --motion-head or the head every other piece is guided on, as the recorded runs)")
+    ap.add_argument("--recall-head", type=int, default=None,
+                    help="with --list-head: each sentence of a narration and of \"What is moving?\" also teaches this "
+                         "head of decoder layer RECALL_LAYER to look, from the sentence's own words, at the object "
+                         "it names (the first hop of finding the next object; unset: no such guide)")
+    ap.add_argument("--list-end", action="store_true",
+                    help="with --list-head: the position that ends a narration looks at the last frame's end, "
+                         "where the decoder probe keeps what is there (unset: no guide there)")
     ap.add_argument("--mover-set", action="store_true",
                     help="the decoder probe learns at each frame's end which objects move which way, and a \"What "
                          "is moving?\" answer looks there for \"Nothing is moving.\" and for where its list ends "
@@ -891,6 +912,10 @@ def main() -> None:
         ap.error(f"--motion-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.motion_head}")
     if args.list_head is not None and not 0 <= args.list_head < TEXT["num_attention_heads"]:
         ap.error(f"--list-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.list_head}")
+    if args.recall_head is not None and not 0 <= args.recall_head < TEXT["num_attention_heads"]:
+        ap.error(f"--recall-head: expected a head of 0..{TEXT['num_attention_heads'] - 1}, got {args.recall_head}")
+    if (args.recall_head is not None or args.list_end) and args.list_head is None:
+        ap.error("--recall-head and --list-end need --list-head")
     if args.workers == 1:
         run(0, args, None)
         return
@@ -952,6 +977,7 @@ def run(rank: int, args, port) -> None:
     probe = TokenProbe(TEXT["hidden_size"])
     dprobe = DecoderProbe(TEXT["hidden_size"], moving=args.mover_set)
     guide = AttentionGuide(model)
+    recall = AttentionGuide(model, RECALL_LAYER) if args.recall_head is not None else None
     begun = time.time()
     vision_log = []
     if args.vision_steps and not args.init:
@@ -1032,7 +1058,8 @@ def run(rank: int, args, port) -> None:
                 keep = scenes.diff_fp(frames)
                 ids, labels, visual, turns, ends, guides = sample_text(tok, scene, keep, rng, args.turns,
                                                                        tokens, weights, args.mover_set,
-                                                                       args.list_head is not None)
+                                                                       args.list_head is not None,
+                                                                       args.recall_head is not None, args.list_end)
                 pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns,
                                 decoder_targets(tok, scene, tokens, visual, ends, args.mover_set), guides))
             pending.sort(key=lambda b: len(b[0]))
@@ -1058,8 +1085,12 @@ def run(rank: int, args, port) -> None:
                      "motion": (guide.HEAD if args.motion_head is None else args.motion_head, 1.0),
                      "list": (args.list_head, 1.0)}
             rows = [(r, qp, kp, *heads.get(kind, (guide.HEAD, 1.0)))
-                    for r, b in enumerate(batch) for qp, kp, kind in b[7]]
+                    for r, b in enumerate(batch) for qp, kp, kind in b[7] if kind != "recall"]
             guide_loss = guide.loss(forward.allowed, rows, weighted=args.guide_colour != 1.0)
+            if recall is not None:
+                back = [(r, qp, kp, args.recall_head, 1.0)
+                        for r, b in enumerate(batch) for qp, kp, kind in b[7] if kind == "recall"]
+                guide_loss = guide_loss + recall.loss(forward.allowed, back)
             loss = loss + args.guide_weight * guide_loss
         opt.zero_grad()
         loss.backward()
