@@ -196,13 +196,11 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
                 if keys:
                     guides.append((list(range(first - 1, len(ids) - 1)), keys,
                                    "list" if listed else piece_kind(q["kind"], piece)))
-                    if recall and q["question"] in (scenes.NARRATE_PROMPT, "What is moving?") and len(ids) - first > 1:
+                    if recall and listed and first + 1 < len(ids):
                         guides.append((list(range(first + 1, len(ids))), keys, "recall"))
-            if movers:
-                # The position that ends the list (predicts <|im_end|>): no mover is left to name.
+            if movers or (list_end and q["question"] == scenes.NARRATE_PROMPT):
+                # The position that ends the list (predicts <|im_end|>): nothing is left to name.
                 guides.append(([len(ids) - 1], [ends[-1]], "list" if listed else "motion"))
-            elif list_end and q["question"] == scenes.NARRATE_PROMPT:
-                guides.append(([len(ids) - 1], [ends[-1]], "list"))
         sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids)))
     return ids, labels, visual, (prefix, spans), ends, guides
@@ -490,8 +488,8 @@ RECALL_LAYER = 1
 
 
 class AttentionGuide(torch.nn.Module):
-    """Training only: teaches one attention head (`HEAD` of decoder layer `LAYER`) to look at the
-    tokens of the object a question is about while its answer is written (guide_segments), a loss on
+    """Training only: teaches one attention head (`HEAD` of decoder layer `LAYER`, or of `layer`) to
+    look at the tokens of the object a question is about while its answer is written (guide_segments), a loss on
     that head's own attention (the log of the attention mass on those tokens). The answer's loss alone
     teaches this binding slowly: with two or more objects in view the model reported another
     object's colour or place about half the time (docs/EVAL.md). The head is the model's own; no
@@ -846,7 +844,7 @@ def main() -> None:
                          "says, --motion-head or the head every other piece is guided on, as the recorded runs)")
     ap.add_argument("--recall-head", type=int, default=None,
                     help="with --list-head: each sentence of a narration and of \"What is moving?\" also teaches this "
-                         "head of decoder layer RECALL_LAYER to look, from the sentence's own words, at the object "
+                         f"head of decoder layer {RECALL_LAYER} to look, from the sentence's own words, at the object "
                          "it names (the first hop of finding the next object; unset: no such guide)")
     ap.add_argument("--list-end", action="store_true",
                     help="with --list-head: the position that ends a narration looks at the last frame's end, "
