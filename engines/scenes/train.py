@@ -135,7 +135,8 @@ def kind_weights(spec: str) -> dict:
 
 
 def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = KIND_WEIGHTS,
-                mover_set: bool = False, lists: bool = False, recall: bool = False, list_end: bool = False):
+                mover_set: bool = False, lists: bool = False, recall: bool = False, list_end: bool = False,
+                cuts: int = 0):
     """One training sequence: ids, labels (-100: not learned), visual tokens (position, frame,
     token), the turns (the frames' end, each turn's span), each frame's <|stream_end|> position and,
     with the render's per-token object labels `tokens`, the attention guide's rows (query
@@ -147,12 +148,16 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
     to the full stop, also look at that object's keys, labelled "recall" (the guided layer's head
     that finds the next object needs to know which one was named last). `list_end` (--list-end):
     the position that ends a narration (predicts <|im_end|>) looks at the last frame's
-    <|stream_end|>, as a "What is moving?" answer's end does with `mover_set`."""
+    <|stream_end|>, as a "What is moving?" answer's end does with `mover_set`. `cuts` (--cut-turns):
+    at that many frames before the last, drawn at random, the narration and "What is moving?" as
+    they are at that frame, each turn seeing the frames up to it only, at the positions it would
+    have if the clip ended there (the turns' spans carry where the frames they see end)."""
     special = {s: tok.token_to_id(s) for s in SPECIALS}
     ids: list[int] = []
     labels: list[int] = []
     visual: list[tuple[int, int, int]] = []  # (position, frame, token)
     ends: list[int] = []                     # position of each frame's <|stream_end|>
+    blocks: list[int] = []                   # where each frame's item ends (the next one starts)
 
     def text(s: str, learn: bool = False):
         e = tok.encode(s, add_special_tokens=False).ids
@@ -171,14 +176,20 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
             ids.append(special["<|video_pad|>"])
             labels.append(-100)
         text("\n"); ends.append(len(ids)); sp("<|stream_end|>"); text("\n")
+        blocks.append(len(ids))
     prefix = len(ids)
     spans = []
     qs = scenes.questions(scene, rng)
     w = np.array([weights[q["kind"]] for q in qs])
     pick = rng.choice(len(qs), size=min(turns, len(qs)), replace=False, p=w / w.sum())
     guides = []
-    for k in pick:
-        q = qs[k]
+    asked = [(qs[k], scene.frames - 1) for k in pick]
+    if cuts and scene.frames > 2:
+        for c in sorted(rng.choice(np.arange(1, scene.frames - 1), size=min(cuts, scene.frames - 2), replace=False)):
+            asked += [(q, int(c)) for q in scenes.questions(scene, None, last=int(c))
+                      if q["question"] in (scenes.NARRATE_PROMPT, "What is moving?")]
+    for q, last in asked:
+        seen = visual if last == scene.frames - 1 else [v for v in visual if v[1] <= last]
         start = len(ids)
         sp("<|im_start|>"); text("user\n" + q["question"]); sp("<|im_end|>"); text("\n")
         sp("<|im_start|>"); text("assistant\n")
@@ -189,10 +200,10 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
             # answer); the positions that predict a piece's tokens are guided to its keys.
             movers = mover_set and q["question"] == "What is moving?"
             listed = lists and q["question"] in (scenes.NARRATE_PROMPT, "What is moving?")
-            for piece, keys in guide_segments(scene, q, tokens, visual, ends[-1]):
+            for piece, keys in guide_segments(scene, q, tokens, seen, ends[last], last):
                 first = len(ids)
                 text(piece, learn=True)
-                keys = keys or ([ends[-1]] if movers else [])
+                keys = keys or ([ends[last]] if movers else [])
                 if keys:
                     guides.append((list(range(first - 1, len(ids) - 1)), keys,
                                    "list" if listed else piece_kind(q["kind"], piece)))
@@ -200,9 +211,9 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
                         guides.append((list(range(first + 1, len(ids))), keys, "recall"))
             if movers or (list_end and q["question"] == scenes.NARRATE_PROMPT):
                 # The position that ends the list (predicts <|im_end|>): nothing is left to name.
-                guides.append(([len(ids) - 1], [ends[-1]], "list" if listed else "motion"))
+                guides.append(([len(ids) - 1], [ends[last]], "list" if listed else "motion"))
         sp("<|im_end|>", learn=True); text("\n")
-        spans.append((start, len(ids)))
+        spans.append((start, len(ids), blocks[last]))
     return ids, labels, visual, (prefix, spans), ends, guides
 
 
@@ -419,7 +430,7 @@ def queried_object(scene, q: dict, i: int):
     return None
 
 
-def guide_segments(scene, q: dict, labels: np.ndarray, visual, end: int) -> list:
+def guide_segments(scene, q: dict, labels: np.ndarray, visual, end: int, last: int | None = None) -> list:
     """The answer of `q` cut into pieces (their texts add up to the answer), each with the positions
     the guided head should look at while that piece is written (AttentionGuide); `end`: the last
     frame's <|stream_end|> position. An object's piece looks at that object's kept tokens in the
@@ -427,8 +438,9 @@ def guide_segments(scene, q: dict, labels: np.ndarray, visual, end: int) -> list
     and how it moves, its first for when it appeared, the tokens it vanished from for when it left;
     a scene change at the tokens of its frame; a count, an absent object or one still there at the
     last frame's end, where the decoder probe keeps what is there (DecoderProbe). A narration or
-    "What is moving?" is cut into its sentences, each about one thing. Empty keys: no guide."""
-    i = scene.frames - 1
+    "What is moving?" is cut into its sentences, each about one thing. Empty keys: no guide. `last`:
+    the frame the question is asked at (default: the last; `visual` and `end` then stop there too)."""
+    i = scene.frames - 1 if last is None else last
     kept = {}
     for pos, f, n in visual:
         kept.setdefault(int(labels[f, n]), []).append((pos, f))
@@ -649,10 +661,11 @@ def _text_forward(model, embed, batch, feats, offsets):
     allowed &= mask.bool()[:, None, :]
     for r, b in enumerate(batch):
         if len(b) > 5:
-            prefix, spans = b[5]
-            for a, e in spans:
-                allowed[r, a:e, prefix:a] = False
-                pos[r, a:e] = prefix + torch.arange(e - a)
+            _, spans = b[5]
+            for a, e, seen in spans:
+                # `seen`: where the frames the turn sees end (prefix, or an earlier frame's end).
+                allowed[r, a:e, seen:a] = False
+                pos[r, a:e] = seen + torch.arange(e - a)
     # Padding rows attend to themselves (a row with no allowed key gives NaN in sdpa).
     allowed |= torch.eye(longest, dtype=torch.bool)[None]
     forward.allowed = allowed
@@ -849,6 +862,11 @@ def main() -> None:
     ap.add_argument("--list-end", action="store_true",
                     help="with --list-head: the position that ends a narration looks at the last frame's end, "
                          "where the decoder probe keeps what is there (unset: no guide there)")
+    ap.add_argument("--cut-turns", type=int, default=0,
+                    help="also ask the narration and \"What is moving?\" at this many earlier frames of each clip, "
+                         "drawn at random, each turn seeing the frames up to its own only, as if the clip ended "
+                         "there: more lists to learn from at the cost of a few turns, not of frames (0: none, as "
+                         "the recorded runs)")
     ap.add_argument("--mover-set", action="store_true",
                     help="the decoder probe learns at each frame's end which objects move which way, and a \"What "
                          "is moving?\" answer looks there for \"Nothing is moving.\" and for where its list ends "
@@ -895,6 +913,8 @@ def main() -> None:
     ap.add_argument("--eval-clips", type=int, default=30)
     args = ap.parse_args()
     kind_weights(args.kind_weights)  # a bad value fails here, not after stage 1
+    if args.cut_turns < 0:
+        ap.error(f"--cut-turns: expected 0 or more frames, got {args.cut_turns}")
     if (args.budget_minutes is not None or args.decay_start is not None) and args.schedule != "wsd":
         ap.error("--budget-minutes and --decay-start need --schedule wsd")
     if args.budget_minutes is not None and (args.decay_start is not None or args.budget_minutes <= 0):
@@ -1057,7 +1077,8 @@ def run(rank: int, args, port) -> None:
                 ids, labels, visual, turns, ends, guides = sample_text(tok, scene, keep, rng, args.turns,
                                                                        tokens, weights, args.mover_set,
                                                                        args.list_head is not None,
-                                                                       args.recall_head is not None, args.list_end)
+                                                                       args.recall_head is not None, args.list_end,
+                                                                       args.cut_turns)
                 pending.append((ids, labels, visual, frames, token_targets(scene, tokens), turns,
                                 decoder_targets(tok, scene, tokens, visual, ends, args.mover_set), guides))
             pending.sort(key=lambda b: len(b[0]))
