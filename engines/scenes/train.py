@@ -134,13 +134,17 @@ def kind_weights(spec: str) -> dict:
     return out
 
 
+# The questions whose answers are lists of sentences, one about each object or event.
+LIST_QUESTIONS = (scenes.NARRATE_PROMPT, "What is moving?")
+
+
 def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = KIND_WEIGHTS,
                 mover_set: bool = False, lists: bool = False, recall: bool = False, list_end: bool = False,
                 cuts: int = 0):
     """One training sequence: ids, labels (-100: not learned), visual tokens (position, frame,
-    token), the turns (the frames' end, each turn's span), each frame's <|stream_end|> position and,
-    with the render's per-token object labels `tokens`, the attention guide's rows (query
-    positions, key positions) per turn about one object. `mover_set` (--mover-set): a "What is
+    token), the turns (each turn's span and where the frames it sees end), each frame's
+    <|stream_end|> position and, with the render's per-token object labels `tokens`, the attention
+    guide's rows (query positions, key positions) per turn about one object. `mover_set` (--mover-set): a "What is
     moving?" answer looks at the last frame's <|stream_end|> (where the decoder probe keeps what
     moves) for "Nothing is moving." and where it ends. `lists` (--list-head): the pieces of a
     narration or "What is moving?" are labelled "list" whatever they say (piece_kind otherwise).
@@ -177,7 +181,6 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
             labels.append(-100)
         text("\n"); ends.append(len(ids)); sp("<|stream_end|>"); text("\n")
         blocks.append(len(ids))
-    prefix = len(ids)
     spans = []
     qs = scenes.questions(scene, rng)
     w = np.array([weights[q["kind"]] for q in qs])
@@ -187,9 +190,9 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
     if cuts and scene.frames > 2:
         for c in sorted(rng.choice(np.arange(1, scene.frames - 1), size=min(cuts, scene.frames - 2), replace=False)):
             asked += [(q, int(c)) for q in scenes.questions(scene, None, last=int(c))
-                      if q["question"] in (scenes.NARRATE_PROMPT, "What is moving?")]
+                      if q["question"] in LIST_QUESTIONS]
     for q, last in asked:
-        seen = visual if last == scene.frames - 1 else [v for v in visual if v[1] <= last]
+        seen = [v for v in visual if v[1] <= last]
         start = len(ids)
         sp("<|im_start|>"); text("user\n" + q["question"]); sp("<|im_end|>"); text("\n")
         sp("<|im_start|>"); text("assistant\n")
@@ -199,7 +202,7 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
             # Piece by piece (each piece starts at a word, so the ids are those of the whole
             # answer); the positions that predict a piece's tokens are guided to its keys.
             movers = mover_set and q["question"] == "What is moving?"
-            listed = lists and q["question"] in (scenes.NARRATE_PROMPT, "What is moving?")
+            listed = lists and q["question"] in LIST_QUESTIONS
             for piece, keys in guide_segments(scene, q, tokens, seen, ends[last], last):
                 first = len(ids)
                 text(piece, learn=True)
@@ -214,7 +217,7 @@ def sample_text(tok, scene, keep, rng, turns: int, tokens=None, weights: dict = 
                 guides.append(([len(ids) - 1], [ends[last]], "list" if listed else "motion"))
         sp("<|im_end|>", learn=True); text("\n")
         spans.append((start, len(ids), blocks[last]))
-    return ids, labels, visual, (prefix, spans), ends, guides
+    return ids, labels, visual, spans, ends, guides
 
 
 def make_model(tok):
@@ -468,7 +471,7 @@ def guide_segments(scene, q: dict, labels: np.ndarray, visual, end: int, last: i
         return []
 
     answer, kind = q["answer"], q["kind"]
-    if kind in ("narration", "motion") and q["question"] in (scenes.NARRATE_PROMPT, "What is moving?"):
+    if kind in ("narration", "motion") and q["question"] in LIST_QUESTIONS:
         parts = re.split(r"(?<=\.) (?=[A-Z])", answer)
         parts = parts[:1] + [" " + p for p in parts[1:]]
         return [(p, sentence(p.strip())) for p in parts]
@@ -661,9 +664,8 @@ def _text_forward(model, embed, batch, feats, offsets):
     allowed &= mask.bool()[:, None, :]
     for r, b in enumerate(batch):
         if len(b) > 5:
-            _, spans = b[5]
-            for a, e, seen in spans:
-                # `seen`: where the frames the turn sees end (prefix, or an earlier frame's end).
+            for a, e, seen in b[5]:
+                # `seen`: where the frames the turn sees end (the last frame's, or an earlier one's).
                 allowed[r, a:e, seen:a] = False
                 pos[r, a:e] = seen + torch.arange(e - a)
     # Padding rows attend to themselves (a row with no allowed key gives NaN in sdpa).
