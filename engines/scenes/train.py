@@ -869,6 +869,10 @@ def main() -> None:
                          "drawn at random, each turn seeing the frames up to its own only, as if the clip ended "
                          "there: more lists to learn from at the cost of a few turns, not of frames (0: none, as "
                          "the recorded runs)")
+    ap.add_argument("--decay-rich", type=float, default=0.0,
+                    help="from the step the decay starts (--schedule wsd), redraw this share of the clips whose "
+                         "narration has fewer than three sentences, so the decay is spent more on the narrations "
+                         "that fail (0: none, as the recorded runs)")
     ap.add_argument("--mover-set", action="store_true",
                     help="the decoder probe learns at each frame's end which objects move which way, and a \"What "
                          "is moving?\" answer looks there for \"Nothing is moving.\" and for where its list ends "
@@ -923,6 +927,9 @@ def main() -> None:
         ap.error("--budget-minutes: expected minutes above 0, without --decay-start")
     if args.decay_start is not None and not args.warmup <= args.decay_start < args.steps:
         ap.error(f"--decay-start: expected a step of {args.warmup}..{args.steps - 1}, got {args.decay_start}")
+    if not 0.0 <= args.decay_rich < 1.0 or (args.decay_rich and args.schedule != "wsd"):
+        ap.error(f"--decay-rich: expected a share of 0..1 (below 1) with --schedule wsd, got {args.decay_rich} "
+                 f"with --schedule {args.schedule}")
     if args.batch % args.workers or args.vision_batch % args.workers:
         ap.error(f"--batch ({args.batch}) and --vision-batch ({args.vision_batch}) must divide among "
                  f"--workers ({args.workers})")
@@ -1048,6 +1055,12 @@ def run(rank: int, args, port) -> None:
             return args.lr * (1 - 0.95 * d)
         return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
 
+    def in_decay(step):
+        """Whether `step` is in the decay of --schedule wsd (known once `plan` is fixed)."""
+        if args.budget_minutes or args.decay_start is not None:
+            return 0 <= int(plan[0]) <= step
+        return args.schedule == "wsd" and step >= warm + (1 - args.decay_share) * (args.steps - warm)
+
     started = time.time()
     log = []
     # Each worker draws every `world`-th clip, `share` of them a step.
@@ -1069,10 +1082,14 @@ def run(rank: int, args, port) -> None:
                     f"--decay-start {int(plan[0])}) at {time.time() - begun:.0f}s", flush=True)
         if not pending:
             # Four batches' worth of clips, sorted by length so a batch pads little.
-            for _ in range(4 * share):
+            while len(pending) < 4 * share:
                 rng = np.random.default_rng(args.seed * 7919 + index)
                 scene = scenes.make_scene("train", index, long=args.long_clips)
                 index += world
+                if args.decay_rich and in_decay(step) and len(scenes.narration_parts(scene)) < 3 \
+                        and np.random.default_rng([args.seed, index]).random() < args.decay_rich:
+                    # --decay-rich: in the decay, some of the clips of one or two sentences give way.
+                    continue
                 frames, tokens = scenes.render(scene, labels=True)
                 frames = augment(frames, rng)
                 keep = scenes.diff_fp(frames)
