@@ -1038,28 +1038,30 @@ def run(rank: int, args, port) -> None:
     plan = torch.tensor([args.decay_start if args.decay_start is not None else -1,
                          -1 if args.budget_minutes else args.steps], dtype=torch.long)
 
+    def decay_at(step):
+        """How far --schedule wsd's decay is at `step`: below 0 before it starts (or while `plan`
+        is not fixed yet), 0 at its first step, 1 at its last; None for the cosine."""
+        if args.budget_minutes or args.decay_start is not None:
+            # From a decay step chosen by the time left (or given to repeat such a run: --steps N
+            # --decay-start M, both from its log).
+            start, last = int(plan[0]), int(plan[1])
+            return -1.0 if start < 0 or step < start else (step - start) / max(1, last - start)
+        if args.schedule != "wsd":
+            return None
+        # Warm-up, stable, decay: the peak rate until the last `decay_share` of the steps
+        # (docs/EVAL.md, "Run 9").
+        p = (step - warm) / max(1, args.steps - warm)
+        return (p - (1 - args.decay_share)) / args.decay_share
+
     def lr_at(step):
         if step < warm:
             return args.lr * (step + 1) / warm
-        if args.budget_minutes or args.decay_start is not None:
-            # The same straight line, from a decay step chosen by the time left (or given to repeat
-            # such a run: --steps N --decay-start M, both from its log).
-            start, last = int(plan[0]), int(plan[1])
-            d = 0.0 if start < 0 or step < start else (step - start) / max(1, last - start)
-            return args.lr * (1 - 0.95 * d)
+        d = decay_at(step)
+        if d is not None:
+            # wsd: a straight line down to the same floor as the cosine's.
+            return args.lr * (1 - 0.95 * max(0.0, d))
         p = (step - warm) / max(1, args.steps - warm)
-        if args.schedule == "wsd":
-            # Warm-up, stable, decay: the peak rate until the last `decay_share` of the steps, then
-            # a straight line down to the same floor as the cosine's (docs/EVAL.md, "Run 9").
-            d = max(0.0, (p - (1 - args.decay_share)) / args.decay_share)
-            return args.lr * (1 - 0.95 * d)
         return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
-
-    def in_decay(step):
-        """Whether `step` is in the decay of --schedule wsd (known once `plan` is fixed)."""
-        if args.budget_minutes or args.decay_start is not None:
-            return 0 <= int(plan[0]) <= step
-        return args.schedule == "wsd" and step >= warm + (1 - args.decay_share) * (args.steps - warm)
 
     started = time.time()
     log = []
@@ -1086,7 +1088,7 @@ def run(rank: int, args, port) -> None:
                 rng = np.random.default_rng(args.seed * 7919 + index)
                 scene = scenes.make_scene("train", index, long=args.long_clips)
                 index += world
-                if args.decay_rich and in_decay(step) and len(scenes.narration_parts(scene)) < 3 \
+                if args.decay_rich and decay_at(step) >= 0 and len(scenes.narration_parts(scene)) < 3 \
                         and np.random.default_rng([args.seed, index]).random() < args.decay_rich:
                     # --decay-rich: in the decay, some of the clips of one or two sentences give way.
                     continue
