@@ -51,7 +51,7 @@ async fn smolvlm2_watches_a_camera_in_square_frames_pruned_by_its_tokens_and_ans
     );
     // The camera takes the model's square (whatever the source's size) and its 64-pixel tokens,
     // and at least four frames are in memory.
-    let (rt, cam) = live::watching(&text, "door", 4, BOUND).await;
+    let (rt, cam) = live::watching(&text, "door", |m| m.frames >= 4, BOUND).await;
     assert_eq!(cam.geometry.as_deref(), Some("512x512"), "{cam:?}");
     assert_eq!(cam.tokens_per_frame, Some(64), "{cam:?}");
     assert_eq!(cam.family, Some(Family::Smolvlm2), "{cam:?}");

@@ -184,7 +184,8 @@ impl Memory {
 /// answers), read by status reports and `/metrics`.
 #[derive(Debug, Default)]
 pub struct WatchStats {
-    /// Frames run through the vision encoder.
+    /// Frames run through the vision encoder, counted once they are in the live cache too
+    /// (a frame is in memory a moment before it is counted).
     pub frames_encoded: AtomicU64,
     /// Frames whose features were reused from the previous (bit-identical) frame.
     pub frames_reused: AtomicU64,
@@ -267,7 +268,8 @@ pub struct MemoryReport {
     /// reports).
     #[serde(default)]
     pub compressed_tokens: u64,
-    /// Frames run through the vision encoder.
+    /// Frames run through the vision encoder, counted once they are in the live cache too
+    /// (a frame is in memory a moment before it is counted).
     pub frames_encoded: u64,
     /// Frames that reused the previous frame's features.
     pub frames_reused: u64,

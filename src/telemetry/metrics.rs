@@ -544,13 +544,13 @@ pub fn render_watch(memories: &[Arc<CameraMemory>]) -> String {
         (
             "edgevlm_memory_frames_encoded_total",
             "counter",
-            "Frames run through the vision encoder.",
+            "Frames run through the vision encoder, counted once they are in the live cache.",
             |s| &s.frames_encoded,
         ),
         (
             "edgevlm_memory_frames_reused_total",
             "counter",
-            "Frames whose features were reused from the identical previous frame.",
+            "Frames whose features were reused from the identical previous frame, counted once they are in the live cache.",
             |s| &s.frames_reused,
         ),
         (

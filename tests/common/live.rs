@@ -2,18 +2,20 @@
 //! it over HTTP with curl (the model family tests).
 
 use edgevlm::config::Config;
+use edgevlm::memory::MemoryReport;
 use edgevlm::runtime::{Running, Runtime, RuntimeOptions};
 use edgevlm::supervisor::{CameraReport, CameraState};
 use std::time::Duration;
 
-/// Starts `config` (TOML text) and waits up to `bound` for `camera` to run with at least `items`
-/// memory items (frames, or clips for a model of clips). Returns the runtime and the camera's
-/// report; a camera that does not get there shuts the runtime down and fails the test with every
-/// camera's report.
+/// Starts `config` (TOML text) and waits up to `bound` for `camera` to run with a memory that
+/// `ready` accepts (its items are frames, or clips for a model of clips; a frame is in memory a
+/// moment before it is counted encoded or reused, so a test that reads the counts waits for
+/// them too). Returns the runtime and the camera's report; a camera that does not get there shuts
+/// the runtime down and fails the test with every camera's report.
 pub async fn watching(
     config: &str,
     camera: &str,
-    items: u64,
+    ready: impl Fn(&MemoryReport) -> bool,
     bound: Duration,
 ) -> (Running, CameraReport) {
     let config = Config::parse(config, None).unwrap_or_else(|e| panic!("{e}"));
@@ -25,7 +27,7 @@ pub async fn watching(
         s.cameras.iter().any(|c| {
             c.camera == camera
                 && c.state == CameraState::Running
-                && c.memory.as_ref().is_some_and(|m| m.frames >= items)
+                && c.memory.as_ref().is_some_and(&ready)
         })
     };
     let settled = tokio::time::timeout(bound, reports.wait_for(ready))
