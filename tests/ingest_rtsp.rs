@@ -588,12 +588,22 @@ async fn a_live_camera_under_keyframe_decoding_decodes_one_frame_per_sample() {
         undecoded >= 13 * (sampled - 1),
         "{undecoded} undecoded for {sampled} samples"
     );
-    // Sampled frames are the keyframes, one per second of stream time.
+    // Sampled frames are the keyframes, one per second of stream time. The test server on a busy
+    // machine can lose one (seen once, a gap of 1.93 s, with the suite beside two busy loops):
+    // such a gap is whole seconds within a frame or so (1/15 s), never a fraction of one.
     let frames = cam.window.last(5);
-    for w in frames.windows(2) {
-        let dt = (w[1].pts - w[0].pts).as_secs_f64();
-        assert!((dt - 1.0).abs() < 0.05, "{dt}");
+    let gaps: Vec<f64> = frames
+        .windows(2)
+        .map(|w| (w[1].pts - w[0].pts).as_secs_f64())
+        .collect();
+    for dt in &gaps {
+        let whole = dt.round();
+        assert!(whole >= 1.0 && (dt - whole).abs() < 0.1, "{gaps:?}");
     }
+    assert!(
+        gaps.iter().filter(|dt| (*dt - 1.0).abs() < 0.05).count() >= gaps.len() - 1,
+        "{gaps:?}"
+    );
     assert_eq!(after.restarts, 0);
     sup.shutdown(Duration::from_secs(10)).await;
 }
